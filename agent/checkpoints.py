@@ -1,0 +1,162 @@
+"""Agent side of the checkpoint protocol (docs/protocol.md): durable-log barriers reported to a chaos supervisor.
+
+What it is for. The chaos harness kills the agent at *named* points of the durable log ("after the toolStarted
+is written but before it is synced"). When ``CHAOS_CONTROL`` names a Unix socket, the agent connects after creating
+or opening its session file, says hello, and then reports three barriers per commit through the store's hook
+(``before-write``, ``after-write``, ``after-sync``). Every message waits for the supervisor's one-line answer, so the
+supervisor can SIGKILL the agent while it is parked exactly at the barrier, inject a write/fsync failure
+(``fail``), or let it continue.
+
+Invariants it protects:
+
+- **Fail closed.** If the connection cannot be made, breaks, closes, or the answer is not a valid protocol line,
+  the agent exits 7 *at once* (``os._exit``: no ``finally`` block, no abort path, no flush of anything but the
+  one stderr line runs), so a lost supervisor can never watch an agent write facts it cannot attribute.
+- **No cost without the variable.** ``from_environ`` returns None and the store gets no hook: no socket, no
+  import of ``socket``, nothing per commit.
+- **Nothing at import time.** No socket, thread or signal handler is created by importing this module (the
+  fork-server launcher of a later issue forks pre-imported agents).
+
+What it does not do: decide anything about the session. It does not interpret ``fail`` beyond turning the errno
+name into the number the store injects (the store implements the rollback / poisoning, SPEC §13.3 steps 5 and 7).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+from collections.abc import Callable, Mapping
+
+ENV_VAR = "CHAOS_CONTROL"
+PROTOCOL_VERSION = 1
+EXIT_CHANNEL_LOST = 7
+
+# The only errnos the supervisor may inject (issue [2/7]): a full disk at write time, an I/O error at fsync time.
+_FAILABLE = {"ENOSPC": errno.ENOSPC, "EIO": errno.EIO}
+# `fail` makes sense only where the store has an I/O call left to fail: the write, or the fsync after it.
+_FAILABLE_PHASES = frozenset({"before-write", "after-write"})
+# A supervisor answer is one short JSON line; anything longer is a broken peer, not a slow one.
+_MAX_ANSWER = 4096
+
+
+def _exit_lost(reason: str) -> None:
+    """Default reaction to a lost channel: one line on stderr, then exit 7 without running any cleanup."""
+    try:
+        os.write(2, f"agent: checkpoint channel lost: {reason}\n".encode("utf-8", "replace"))
+    finally:
+        os._exit(EXIT_CHANNEL_LOST)
+
+
+class CheckpointChannel:
+    """One connection to the supervisor's Unix socket; ``hook`` is the store hook (SPEC §13.3 observation points)."""
+
+    def __init__(self, path: str, *, on_lost: Callable[[str], None] = _exit_lost):
+        self.path = path
+        self._on_lost = on_lost  # tests inject a raising callable; production exits 7
+        self._sock = None
+        self._buffer = bytearray()
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str], **kwargs) -> "CheckpointChannel | None":
+        """A channel for ``environ[CHAOS_CONTROL]``, or None when the variable is unset or empty."""
+        path = environ.get(ENV_VAR)
+        return cls(path, **kwargs) if path else None
+
+    def open(self, *, pid: int, session: str) -> None:
+        """Connect and exchange the hello; called once the session file exists (the header is not a barrier)."""
+        import socket  # lazily: without CHAOS_CONTROL the agent never needs it
+
+        try:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.connect(self.path)
+        except OSError as exc:
+            self._lost(f"cannot connect to {self.path}: {exc.strerror or exc}")
+            return
+        self._sock = sock
+        answer = self._exchange({"hello": {"pid": pid, "session": session, "protocol": PROTOCOL_VERSION}})
+        if answer is not None:
+            self._lost("the hello may only be answered with continue")
+
+    def hook(self, checkpoint) -> int | None:
+        """Report one barrier and block for the answer: None to continue, or the errno the store must inject."""
+        phase = checkpoint.phase
+        message = {
+            "checkpoint": {
+                "phase": phase,
+                "facts": list(checkpoint.facts),
+                "seqFirst": checkpoint.seq_first,
+                "seqLast": checkpoint.seq_last,
+                "offset": checkpoint.offset,
+                "syncedOffset": checkpoint.synced_offset,
+            }
+        }
+        injected = self._exchange(message)
+        if injected is not None and phase not in _FAILABLE_PHASES:
+            self._lost(f"fail is not allowed at {phase}")
+        return injected
+
+    def close(self) -> None:
+        """Close the socket (end of process; the supervisor sees EOF and then the exit status)."""
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            sock.close()
+
+    # ----------------------------------------------------------------------------------------------------------
+
+    def _exchange(self, message: dict) -> int | None:
+        """Send one line, wait for one line; returns None for continue, an errno for fail."""
+        if self._sock is None:
+            self._lost("not connected")
+            return None
+        # ensure_ascii: the line is pure ASCII, so any JSON parser in any language reads it.
+        line = json.dumps(message, separators=(",", ":")).encode("ascii") + b"\n"
+        try:
+            # sendall/recv interrupted by SIGINT/SIGTERM are retried after our flag-only handler (PEP 475): a
+            # signal at a barrier never loses the barrier, the loop acts on the flag after the commit returns.
+            self._sock.sendall(line)
+            raw = self._read_line()
+        except OSError as exc:
+            self._lost(f"{type(exc).__name__}: {exc.strerror or exc}")
+            return None
+        if raw is None:
+            self._lost("connection closed by the supervisor")
+            return None
+        return self._parse_answer(raw)
+
+    def _read_line(self) -> bytes | None:
+        while True:
+            end = self._buffer.find(b"\n")
+            if end >= 0:
+                raw = bytes(self._buffer[:end])
+                del self._buffer[: end + 1]
+                return raw
+            if len(self._buffer) > _MAX_ANSWER:
+                return b""  # unparsable: reported as a protocol error by the caller
+            chunk = self._sock.recv(4096)
+            if not chunk:
+                return None
+            self._buffer += chunk
+
+    def _parse_answer(self, raw: bytes) -> int | None:
+        try:
+            answer = json.loads(raw)
+        except ValueError:
+            answer = None
+        action = answer.get("action") if isinstance(answer, dict) else None
+        if action == "continue" and set(answer) == {"action"}:
+            return None
+        if action == "fail" and set(answer) == {"action", "errno"} and answer["errno"] in _FAILABLE:
+            return _FAILABLE[answer["errno"]]
+        self._lost(f"invalid answer {raw[:200]!r}")
+        return None
+
+    def _lost(self, reason: str) -> None:
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            try:
+                sock.close()
+            except OSError:
+                pass
+        self._on_lost(reason)
+
