@@ -84,6 +84,10 @@ class Completion:
     stop_reason: str  # "stop" | "toolUse" | "length"
     usage: dict | None
 
+    def as_outcome(self) -> dict:
+        """The settled-answer outcome value of ``agent.session.materialize`` (``assistant_answer``)."""
+        return {"message": self.message, "stopReason": self.stop_reason, "usage": self.usage}
+
 
 @dataclass(frozen=True)
 class Summary:
@@ -91,6 +95,10 @@ class Summary:
 
     text: str
     usage: dict | None
+
+    def as_outcome(self) -> dict:
+        """The compaction-summary outcome value of ``agent.session.materialize`` (``compaction_summary``)."""
+        return {"summary": self.text, "usage": self.usage}
 
 
 @dataclass(frozen=True)
@@ -104,6 +112,10 @@ class LiveError:
     def error(self) -> dict:
         """The ``stepFailed.error`` object for this failure."""
         return {"code": self.code, "message": self.message}
+
+    def as_outcome(self) -> dict:
+        """The provider-failure outcome value of ``agent.session.materialize`` (``step_failure``)."""
+        return {"error": self.error(), "usage": self.usage}
 
 
 @dataclass(frozen=True)
@@ -343,7 +355,7 @@ class ChatClient:
             raise ProviderError(f"request timeout must be a positive number of seconds, not {timeout!r}")
         self.timeout = float(timeout)
         self.base_url = url.rstrip("/")
-        self._scheme, self._host, self._port, self._path = _split_url(self.base_url)
+        self._scheme, self._host, self._port, self._path = split_base_url(self.base_url)
         self._cancelled = False
         self._sock: socket.socket | None = None
 
@@ -491,7 +503,8 @@ class _DeadlineSocket:
         return io.BufferedReader(_DeadlineReader(self._sock, self._deadline))
 
 
-def _split_url(url: str) -> tuple[str, str, int | None, str]:
+def split_base_url(url: str) -> tuple[str, str, int | None, str]:
+    """(scheme, host, port or None, path prefix) of a base URL; ProviderError when it is not http(s)://HOST..."""
     from urllib.parse import urlsplit  # lazily, like http.client
 
     try:

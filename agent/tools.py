@@ -170,6 +170,10 @@ class ToolResult:
     type: str
     aborted: bool = False
 
+    def as_outcome(self) -> dict:
+        """The tool-result outcome value of ``agent.session.materialize`` (built-in tools report no usage)."""
+        return {"content": self.content, "type": self.type, "usage": None}
+
 
 def definition(name: str) -> dict:
     """A fresh copy of tool ``name``'s request element. Raises KeyError for an unknown tool."""

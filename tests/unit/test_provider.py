@@ -362,3 +362,15 @@ def test_import_does_not_load_http_client():
     code = "import sys, agent.provider; print(sorted(m for m in ('http.client', 'ssl', 'email') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+class TestOutcomeValues:
+    def test_outcomes_match_materialize_constructors(self):
+        """as_outcome() gives exactly the values agent.session.materialize's constructors build."""
+        from agent.session import materialize
+
+        usage = {"input": 1, "output": 2, "cacheRead": 0, "cacheWrite": 0}
+        message = {"role": "assistant", "content": "hi"}
+        assert Completion(message, "stop", usage).as_outcome() == materialize.assistant_answer(message, "stop", usage)
+        assert LiveError("timeout", "slow", usage).as_outcome() == materialize.step_failure("timeout", "slow", usage)
+        assert Summary("s", None).as_outcome() == materialize.compaction_summary("s", None)

@@ -375,3 +375,11 @@ class TestBash:
         marker = tmp_path / "ran"
         later = run(runner, "bash", command=f"touch {marker}")
         assert later.aborted and not marker.exists()
+
+
+def test_tool_result_outcome_matches_materialize():
+    """ToolResult.as_outcome() gives exactly materialize.tool_result's value (no usage for built-in tools)."""
+    from agent.session import materialize
+
+    assert ToolResult("out", "success").as_outcome() == materialize.tool_result("out")
+    assert ToolResult("bad", "error").as_outcome() == materialize.tool_result("bad", error=True)
