@@ -87,6 +87,15 @@ def completion(content: str | None = None, *, tool_calls: list | None = None, fi
     return body
 
 
+def is_summary_request(request: Request) -> bool:
+    """True when ``request`` is the agent's compaction summary request (its first message is the summary prompt)."""
+    from agent.provider import SUMMARY_SYSTEM_PROMPT
+
+    body = request.json
+    messages = body.get("messages") if isinstance(body, dict) else None
+    return bool(messages) and isinstance(messages[0], dict) and messages[0].get("content") == SUMMARY_SYSTEM_PROMPT
+
+
 Script = list | Callable[[Request], "Reply | dict"]
 
 

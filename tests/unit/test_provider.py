@@ -22,7 +22,7 @@ from agent.provider import (
     Summary,
     map_usage,
 )
-from tests.openai_stub import OpenAIStub, Reply, completion, tool_call
+from tests.openai_stub import OpenAIStub, Reply, completion, is_summary_request, tool_call
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 CALL = tool_call("call_1", "read", {"path": "a.txt"})
@@ -82,6 +82,19 @@ class TestRequest:
     def test_repr_hides_the_key(self):
         """The client's repr never shows the API key."""
         assert "sk-secret" not in repr(ChatClient("http://127.0.0.1:1/v1", "sk-secret"))
+
+    def test_callable_script_answers_from_the_request(self):
+        """A callable script computes each answer from the recorded request; chat requests are not summaries."""
+        def script(request):
+            return completion(request.json["messages"][-1]["content"].upper())
+
+        outcome, stub = ask(script, {"model": "m", "messages": [{"role": "user", "content": "shout"}]})
+        assert outcome.message["content"] == "SHOUT" and not is_summary_request(stub.requests[0])
+
+    def test_exhausted_script_answers_500(self):
+        """A request beyond the end of a list script gets HTTP 500, so an extra request fails loudly."""
+        outcome, _ = ask([])
+        assert outcome == LiveError("server_error", "HTTP 500: stub script exhausted")
 
     def test_keep_alive_stub_serves_several_requests(self):
         """Several requests in a row each get their own scripted answer."""
@@ -341,6 +354,7 @@ class TestSummarize:
         sent = stub.requests[0].json
         assert sent["model"] == "m" and sent["temperature"] == 0 and "tools" not in sent
         assert sent["messages"][0] == {"role": "system", "content": SUMMARY_SYSTEM_PROMPT}
+        assert is_summary_request(stub.requests[0])
         text = sent["messages"][1]["content"]
         assert "fix the bug" in text and "file text" in text and "a.txt" in text
 

@@ -348,6 +348,14 @@ class TestBash:
         assert result == ToolResult("done\n\n[exit status 0]", "success")
         assert wait_gone(int(pidfile.read_text()))
 
+    def test_exit_polling_without_pidfd(self, runner, tmp_path, monkeypatch):
+        """Without pidfd support, exit is polled (WNOWAIT): status, output and straggler cleanup still hold."""
+        monkeypatch.delattr(os, "pidfd_open")
+        pidfile = tmp_path / "bg.pid"
+        result = run(runner, "bash", command=f"sleep 30 & echo $! > {pidfile}; echo done; exit 2")
+        assert result == ToolResult("done\n\n[exit status 2]", "error")
+        assert wait_gone(int(pidfile.read_text()))
+
     def test_command_that_closes_stdout_is_still_awaited(self, runner):
         """A command that closes its output early is awaited until it exits."""
         result = run(runner, "bash", command="exec >&- 2>&-; sleep 0.2; exit 4")
