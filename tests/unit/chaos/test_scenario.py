@@ -1,0 +1,391 @@
+"""Tests of chaos.scenario: the TOML format, its `file:line: field: message` errors, conditions and expectations."""
+
+from __future__ import annotations
+
+import json
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from chaos.errors import ScenarioError
+from chaos.scenario import (
+    KNOWN_TOOLS,
+    Scenario,
+    condition_holds,
+    condition_problem,
+    load_scenario,
+    load_scenarios,
+    parse_scenario,
+)
+
+REPO = Path(__file__).resolve().parents[3]
+
+MINIMAL = """\
+name = "minimal"
+description = "one plain answer"
+
+[[runs]]
+prompt = "Say hello."
+
+[[runs.turns]]
+content = "Hello."
+"""
+
+
+def errors_of(text: str, name: str = "s.toml") -> list[str]:
+    """The error lines parse_scenario reports for ``text`` (fails when it loads)."""
+    with pytest.raises(ScenarioError) as info:
+        parse_scenario(textwrap.dedent(text), name)
+    return info.value.messages
+
+
+class TestParseScenario:
+    def test_minimal_scenario_gets_documented_defaults(self):
+        """A minimal file loads with the default agent settings, no restart changes and `completed` expected."""
+        s = parse_scenario(MINIMAL)
+        assert s.name == "minimal"
+        assert s.agent.model == "scripted/model" and s.agent.tools == list(KNOWN_TOOLS)
+        assert s.runs[0].turns[0].effective_finish_reason == "stop"
+        assert not s.restart.changes_configuration and s.restart.agent_args() == []
+        assert s.expect.outcome == "completed" and s.expect.when == []
+
+    def test_toml_syntax_error_carries_line_and_column(self):
+        """A TOML syntax error is one line `file:line:col: toml: message` with tomllib's position."""
+        assert errors_of('name = "x"\ndescription = "d"\n[[runs]]\nprompt = \n') == ["s.toml:4:10: toml: Invalid value"]
+
+    def test_unterminated_string_at_end_of_document(self):
+        """An error tomllib reports 'at end of document' gets the last line and column."""
+        messages = errors_of('name = "x"\ndescription = """open')
+        assert len(messages) == 1 and re.fullmatch(r"s\.toml:2:\d+: toml: .+", messages[0])
+
+    def test_wrong_type_names_field_and_line(self):
+        """A value of the wrong type is reported at its key's line with the dotted field path."""
+        text = MINIMAL.replace('content = "Hello."', 'content = "Hello."\nfinish_reason = 3')
+        assert errors_of(text) == ["s.toml:9: runs[0].turns[0].finish_reason: Input should be 'stop', 'tool_calls', "
+                                   "'length' or 'content_filter'"]
+
+    def test_string_for_an_integer_is_not_coerced(self):
+        """Strict typing: "5" where an integer is expected is an error, not silently converted."""
+        text = MINIMAL + 'usage = { prompt_tokens = "5" }\n'
+        assert errors_of(text) == ["s.toml:9: runs[0].turns[0].usage.prompt_tokens: Input should be a valid integer"]
+
+    def test_unknown_key_suggests_the_close_name(self):
+        """An unknown key is reported with a did-you-mean hint when a field name is close."""
+        text = MINIMAL.replace('content = "Hello."', 'contnet = "Hello."')
+        assert errors_of(text) == ["s.toml:8: runs[0].turns[0].contnet: unknown key (did you mean 'content'?)"]
+
+    def test_unknown_key_lists_allowed_keys_otherwise(self):
+        """An unknown key far from every field name lists the allowed keys."""
+        text = MINIMAL + "\n[restart]\nzzz = 1\n"
+        messages = errors_of(text)
+        assert messages == ["s.toml:11: restart.zzz: unknown key (allowed: environment_identity, model, replay, then, "
+                            "tools)"]
+
+    def test_missing_required_key_points_at_its_table(self):
+        """A missing required key is reported at the line of the table that lacks it."""
+        text = 'name = "x"\ndescription = "d"\n\n[[runs]]\n[[runs.turns]]\ncontent = "a"\n'
+        assert errors_of(text) == ["s.toml:4: runs[0].prompt: required key is missing"]
+
+    def test_duplicate_call_id_names_both_places(self):
+        """Two tool calls with the same id anywhere in the scenario are an error at the second one."""
+        text = """\
+            name = "dup"
+            description = "d"
+            [[runs]]
+            prompt = "one"
+            [[runs.turns]]
+            tool_calls = [{ id = "c1", name = "read", arguments = { path = "a" } }]
+            [[runs.turns]]
+            tool_calls = [
+              { id = "c2", name = "read", arguments = { path = "b" } },
+              { id = "c1", name = "read", arguments = { path = "c" } },
+            ]
+            """
+        assert errors_of(text) == [
+            "s.toml:10: runs[0].turns[1].tool_calls[1].id: duplicate call id 'c1': already used at "
+            "runs[0].turns[0].tool_calls[0] (call ids must be unique within a scenario so effects can be attributed)"
+        ]
+
+    def test_duplicate_prompt_is_rejected(self):
+        """Two runs with the same prompt are an error: the server could not tell them apart."""
+        text = MINIMAL + '\n[[runs]]\nprompt = "Say hello."\n[[runs.turns]]\ncontent = "Again."\n'
+        messages = errors_of(text)
+        assert messages == ["s.toml:11: runs[1].prompt: duplicate prompt: same as runs[0].prompt (prompts must be "
+                            "distinct: the scripted server identifies a run by its prompt)"]
+
+    def test_bad_fault_string_in_schedule(self):
+        """A schedule fault that does not follow the grammar is reported with the grammar's reason."""
+        text = MINIMAL + '\n[[schedules]]\nfaults = ["stepAttempt@after-sync#1", "kill:assistant@after-synk#1"]\n'
+        messages = errors_of(text)
+        assert len(messages) == 1
+        assert messages[0].startswith("s.toml:11: schedules[0].faults[1]: ")
+        assert "after-synk" in messages[0]
+
+    @pytest.mark.parametrize("fault", ["stepAttempt@after-sync", "bogus@after-sync#1", "tx:0@before-write",
+                                       "ioerror(EPERM):tx:1@before-write", "ioerror(EIO):tx:1@after-sync"])
+    def test_each_malformed_fault_is_rejected(self, fault):
+        """Faults without #N, with an unknown fact, K = 0, an unknown errno or ioerror after sync are rejected."""
+        text = MINIMAL + f'\n[[schedules]]\nfaults = ["{fault}"]\n'
+        messages = errors_of(text)
+        assert len(messages) == 1 and messages[0].startswith("s.toml:11: schedules[0].faults[0]: ")
+
+    @pytest.mark.parametrize("fault", ["stepAttempt@after-sync#2", "int:toolStarted@after-sync#1", "tx:3@before-write",
+                                       "torn(7):assistant@after-write#1", "powerloss:usage@after-write#1",
+                                       "dresume:operationFinished@before-write#1", "ioerror(ENOSPC):user@before-write#1"])
+    def test_each_well_formed_fault_is_accepted(self, fault):
+        """Every action of the grammar is accepted in a pinned schedule."""
+        s = parse_scenario(MINIMAL + f'\n[[schedules]]\nfaults = ["{fault}"]\n')
+        assert s.schedules[0].faults == [fault]
+
+    def test_several_errors_are_reported_at_once_in_line_order(self):
+        """Every problem of a file is reported in one pass, one line each, sorted by line."""
+        text = """\
+            name = "Bad Name"
+            description = "d"
+            [[runs]]
+            prompt = "p"
+            [[runs.turns]]
+            content = 5
+            tool_calls = [{ id = "x", name = "reed" }]
+            [expect]
+            outcome = "blocked:bogus"
+            [[expect.when]]
+            when = "open-atempt"
+            """
+        messages = errors_of(text)
+        assert [m.split(": ")[0] for m in messages] == ["s.toml:1", "s.toml:6", "s.toml:7", "s.toml:9", "s.toml:11"]
+        assert messages[0].startswith("s.toml:1: name: must be a slug")
+        assert "tool 'reed' is not offered" in messages[2] and "did you mean 'read'?" in messages[2]
+        assert "unknown blocked reason 'bogus'" in messages[3]
+        assert messages[4] == "s.toml:11: expect.when[0].when: unknown condition 'open-atempt' (did you mean " \
+                              "'open-attempt'?)"
+
+    def test_keys_inside_multiline_strings_do_not_confuse_line_finding(self):
+        """Text that looks like keys inside a multi-line string does not shift the reported line."""
+        text = 'name = "x"\ndescription = """\nprompt = 1\n[[runs]]\n"""\n[[runs]]\nprompt = 7\n[[runs.turns]]\n'
+        assert errors_of(text) == ["s.toml:7: runs[0].prompt: Input should be a valid string"]
+
+    def test_unknown_tool_needs_explicit_flag(self):
+        """A call to a tool the agent does not offer loads only with `unknown = true`, and the flag is checked."""
+        good = MINIMAL + 'tool_calls = [{ id = "c", name = "frobnicate", unknown = true }]\n'
+        assert parse_scenario(good).runs[0].turns[0].tool_calls[0].unknown
+        bad = MINIMAL + 'tool_calls = [{ id = "c", name = "read", unknown = true }]\n'
+        assert errors_of(bad) == ["s.toml:9: runs[0].turns[0].tool_calls[0].unknown: unknown = true, but the agent "
+                                  "offers 'read'"]
+
+    def test_workspace_paths_must_stay_inside(self):
+        """Workspace and expected file paths must be relative without '..' components."""
+        text = MINIMAL + '\n[workspace]\n"../escape" = "x"\n"/abs" = "y"\n"ok/file.txt" = "z"\n'
+        messages = errors_of(text)
+        assert messages == [
+            's.toml:11: workspace["../escape"]: path \'../escape\' must not contain empty, \'.\' or \'..\' components',
+            's.toml:12: workspace["/abs"]: path \'/abs\' must be relative to the workspace',
+        ]
+
+    def test_effects_must_name_scripted_calls(self):
+        """An effect count for a call id that no turn scripts is an error."""
+        text = MINIMAL + '\n[expect]\neffects = { call_x = 1 }\n'
+        assert errors_of(text) == ["s.toml:11: expect.effects.call_x: no scripted tool call has id 'call_x'"]
+
+    def test_fault_members_must_fit_the_kind(self):
+        """A provider fault of kind http needs a status, and seconds belongs to delay/timeout only."""
+        text = MINIMAL + '\n[runs.turns.fault]\nkind = "http"\n'
+        assert errors_of(text) == ["s.toml:10: runs[0].turns[0].fault: kind 'http' needs status (e.g. 429, 500, 400)"]
+        text = MINIMAL + '\n[runs.turns.fault]\nkind = "drop"\nseconds = 1\n'
+        assert "seconds applies to kinds 'delay' and 'timeout' only" in errors_of(text)[0]
+
+    def test_restart_must_change_something(self):
+        """A restart model equal to the first launch's model is an error; replay declarations are checked."""
+        text = MINIMAL + '\n[restart]\nmodel = "scripted/model"\nreplay = ["read=never:builtin:read:v2", "cat=safe"]\n'
+        assert errors_of(text) == [
+            "s.toml:11: restart.model: equals agent.model: a restart change must change something",
+            "s.toml:12: restart.replay[1]: unknown tool 'cat' (the agent's tools: read, write, edit, bash)",
+        ]
+
+    def test_condition_tool_and_run_references_are_checked(self):
+        """`pending:TOOL` must name a known or scripted tool and `run:N` an existing run."""
+        text = MINIMAL + '\n[[expect.when]]\nwhen = ["pending:cat", "run:2"]\noutcome = "aborted"\n'
+        assert errors_of(text) == [
+            "s.toml:11: expect.when[0].when[0]: condition 'pending:cat': no tool 'cat' in the agent or the script",
+            "s.toml:11: expect.when[0].when[1]: condition 'run:2': the scenario has 1 run(s)",
+        ]
+
+
+class TestScenarioModel:
+    def test_arguments_table_is_sent_as_json_and_string_verbatim(self):
+        """Table arguments become their JSON text; string arguments (even invalid JSON) are sent unchanged."""
+        s = parse_scenario(MINIMAL + 'tool_calls = [{ id = "a", name = "read", arguments = { path = "é" } },\n'
+                                     '  { id = "b", name = "read", arguments = \'{"path": "trunc\' }]\n')
+        calls = s.runs[0].turns[0].tool_calls
+        assert json.loads(calls[0].arguments_text) == {"path": "é"}
+        assert calls[1].arguments_text == '{"path": "trunc'
+        assert s.runs[0].turns[0].effective_finish_reason == "tool_calls"
+        assert s.call_ids() == ["a", "b"]
+
+    def test_operations_fault_map_and_restart_flags(self):
+        """Compactions follow their run; faults are keyed by 0-based (run, turn); restart changes become flags."""
+        text = MINIMAL + textwrap.dedent("""\
+            [runs.turns.fault]
+            kind = "http"
+            status = 429
+            [runs.compact]
+            summary = "They said hello."
+            fault = { kind = "drop", repeat = true }
+            [[runs]]
+            prompt = "Again?"
+            [[runs.turns]]
+            content = "Yes."
+            [restart]
+            model = "scripted/other"
+            tools = ["read"]
+            replay = ["read=never"]
+            environment_identity = "elsewhere"
+            then = "abort"
+            """)
+        s = parse_scenario(text)
+        assert s.operations() == [("run", 0), ("compact", 0), ("run", 1)]
+        faults = s.fault_map()
+        assert faults[(0, 0)].status == 429 and faults[(0, "summary")].repeat and set(faults) == {(0, 0), (0, "summary")}
+        assert s.restart.changes_configuration and s.restart.then == "abort"
+        assert s.restart.agent_args() == ["--model", "scripted/other", "--tools", "read", "--replay", "read=never",
+                                          "--environment-identity", "elsewhere"]
+
+
+class TestConditions:
+    @pytest.mark.parametrize(("fixture", "holding"), [
+        ("header-only", {"none", "idle"}),
+        ("run-accepted", {"none", "run", "run:1", "no-step"}),
+        ("open-attempt", {"run", "run:1", "open-attempt", "open-attempt:1"}),
+        ("attempts-exhausted", {"run", "run:1", "open-attempt", "open-attempt:2"}),
+        ("pending-safe-tool", {"run", "run:1", "settled", "settled:toolUse", "pending", "pending:read"}),
+        ("abort-mixed-tools-requested", {"run", "run:1", "settled", "settled:toolUse", "pending", "pending:read",
+                                         "untouched", "untouched:read", "abort-requested"}),
+        ("truncated-tool-call", {"none", "run", "run:1", "settled", "settled:length", "untouched",
+                                 "untouched:read"}),
+        ("ours-stale-calls-cross-run", {"none", "run", "run:2", "settled", "settled:stop"}),
+        ("completed-compaction", {"none", "idle"}),
+    ])
+    def test_conditions_on_corpus_states(self, corpus, fixture, holding):
+        """On the corpus's expected SessionStates exactly the documented conditions hold."""
+        state = json.loads((corpus / "fixtures" / f"{fixture}.expected.json").read_text())["state"]
+        vocabulary = ["none", "no-kill", "idle", "run", "run:1", "run:2", "compaction", "no-step", "open-attempt",
+                      "open-attempt:1", "open-attempt:2", "failed-step", "settled", "settled:stop", "settled:length",
+                      "settled:toolUse", "pending", "pending:read", "pending:bash", "untouched", "untouched:read",
+                      "abort-requested"]
+        assert {c for c in vocabulary if condition_holds(c, state)} == holding
+        assert all(condition_holds(f"not:{c}", state) != (c in holding) for c in vocabulary)
+
+    def test_untouched_by_tool_name(self):
+        """`untouched:TOOL` looks at the names of the current assistant's untouched calls."""
+        state = {
+            "transcript": [{"role": "user", "content": "p"},
+                           {"role": "assistant", "content": None, "tool_calls": [
+                               {"id": "a", "type": "function", "function": {"name": "read", "arguments": "{}"}},
+                               {"id": "b", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]},
+                           {"role": "tool", "tool_call_id": "a", "content": "x"}],
+            "operation": {"kind": "run", "toolCalls": [], "abortRequested": False,
+                          "step": {"status": "settled", "stepKind": "assistant", "settledEntryId": "e2",
+                                   "stopReason": "toolUse", "attempt": 1}},
+        }
+        assert condition_holds("untouched:bash", state) and not condition_holds("untouched:read", state)
+
+    def test_no_kill_means_only_none_and_no_kill(self):
+        """Without a kill (reduction None) only `none` and `no-kill` hold."""
+        assert condition_holds("none", None) and condition_holds("no-kill", None)
+        assert not condition_holds("idle", None) and condition_holds("not:pending", None)
+
+    @pytest.mark.parametrize("text", ["pendng", "open-attempt:3", "run:0", "settled:toolUsed", "pending:", "foo:bar"])
+    def test_malformed_conditions_are_reported(self, text):
+        """Conditions outside the vocabulary have a problem message."""
+        assert condition_problem(text)
+
+
+class TestExpectResolve:
+    TEXT = MINIMAL + textwrap.dedent("""\
+        tool_calls = [{ id = "call_b", name = "bash", arguments = { command = "true" } }]
+        [[runs.turns]]
+        content = "done"
+        [expect]
+        answer = "done"
+        files = { "a.txt" = "A" }
+        effects = { call_b = 1 }
+        [[expect.when]]
+        when = ["open-attempt:2"]
+        outcome = "blocked:attempts_exhausted"
+        [[expect.when]]
+        when = "pending:bash"
+        effects = { call_b = [0, 1] }
+        files = {}
+        [[expect.when]]
+        when = "pending"
+        outcome = "failed"
+        """)
+
+    def test_defaults_apply_without_kill(self):
+        """With no kill, the default expectations apply and no rule is named."""
+        resolved = parse_scenario(self.TEXT).expect.resolve(None)
+        assert (resolved.outcome, resolved.answer, resolved.files, resolved.effects, resolved.rule) == (
+            "completed", "done", {"a.txt": "A"}, {"call_b": (1, 1)}, None)
+
+    def test_first_matching_rule_replaces_given_fields(self):
+        """The first rule whose conditions all hold replaces the fields it gives and keeps the others."""
+        state = {"transcript": [{"role": "user", "content": "p"}],
+                 "operation": {"kind": "run", "abortRequested": False,
+                               "toolCalls": [{"status": "pending", "toolName": "bash"}],
+                               "step": {"status": "settled", "stopReason": "toolUse", "attempt": 1}}}
+        resolved = parse_scenario(self.TEXT).expect.resolve(state)
+        assert (resolved.outcome, resolved.answer, resolved.files, resolved.effects, resolved.rule) == (
+            "completed", "done", {}, {"call_b": (0, 1)}, 1)
+
+    def test_rule_outcome_overrides(self):
+        """A rule's outcome replaces the default outcome when it matches."""
+        state = {"transcript": [], "operation": {"kind": "run", "toolCalls": [], "abortRequested": False,
+                                                 "step": {"status": "attempting", "attempt": 2}}}
+        resolved = parse_scenario(self.TEXT).expect.resolve(state)
+        assert resolved.outcome == "blocked:attempts_exhausted" and resolved.rule == 0
+        assert resolved.conditions == ("open-attempt:2",)
+
+
+class TestLoadScenario:
+    def test_unreadable_and_non_utf8_files(self, tmp_path):
+        """A missing file and a file that is not UTF-8 each give one `file:line: file: message` line."""
+        with pytest.raises(ScenarioError) as info:
+            load_scenario(tmp_path / "missing.toml")
+        assert info.value.messages == [f"{tmp_path / 'missing.toml'}:1: file: cannot read: No such file or directory"]
+        bad = tmp_path / "bad.toml"
+        bad.write_bytes(b'name = "x"\ndescription = "\xff"\n')
+        with pytest.raises(ScenarioError) as info:
+            load_scenario(bad)
+        assert info.value.messages == [f"{bad}:2: file: not UTF-8 (byte 26)"]
+
+    def test_source_is_remembered(self, tmp_path):
+        """A loaded scenario knows the file it came from."""
+        path = tmp_path / "m.toml"
+        path.write_text(MINIMAL)
+        assert load_scenario(path).source == path
+
+    def test_duplicate_names_across_files(self, tmp_path):
+        """Two files with the same scenario name: the second is reported at its `name` line."""
+        (tmp_path / "a.toml").write_text(MINIMAL)
+        (tmp_path / "b.toml").write_text("# comment\n" + MINIMAL)
+        scenarios, problems = load_scenarios([tmp_path])
+        assert [s.name for s in scenarios] == ["minimal"]
+        assert problems == [f"{tmp_path / 'b.toml'}:2: name: 'minimal' is also the name of {tmp_path / 'a.toml'} "
+                            "(names start case ids and must be unique)"]
+
+    def test_bundled_scenarios_are_valid(self):
+        """Every file under scenarios/ validates."""
+        scenarios, problems = load_scenarios([REPO / "scenarios"])
+        assert problems == []
+        assert {"plain-answer", "read-then-answer", "bash-deploy", "write-edit", "two-runs"} <= {s.name for s in scenarios}
+        assert all(isinstance(s, Scenario) for s in scenarios)
+
+    def test_readme_example_is_a_valid_scenario(self):
+        """The fully commented example in scenarios/README.md loads as a scenario."""
+        readme = (REPO / "scenarios" / "README.md").read_text()
+        blocks = re.findall(r"```toml\n(.*?)```", readme, re.S)
+        assert blocks, "scenarios/README.md has no ```toml example"
+        s = parse_scenario(blocks[0], "README.md")
+        assert s.schedules and s.expect.when and s.restart.then == "abort"
