@@ -1,0 +1,322 @@
+"""The one fault grammar (``[ACTION:]POINT``), case ids, and the matcher that decides where a fault fires.
+
+Used everywhere a fault is named: the CLI, scenario files, reports, journals and case ids. Grammar::
+
+    FAULT  := [ACTION ":"] POINT
+    ACTION := "kill" | "int" | "torn(" B ")" | "powerloss" | "dresume" | "ioerror(" ("ENOSPC" | "EIO") ")"
+    POINT  := FACT "@" PHASE "#" N       the N-th announced transaction containing a fact named FACT
+            | "tx:" K "@" PHASE          the K-th announced transaction
+    PHASE  := "before-write" | "after-write" | "after-sync"
+    CASEID := SCENARIO "::" FAULT ("+" FAULT)*      (a case with no fault, the baseline, is just SCENARIO)
+
+Transactions are counted when they are announced at their ``before-write`` barrier, across every process of a case
+(a kill during recovery keeps counting where the previous process stopped), 1-based. A transaction that contains a
+fact name twice counts once for that name. The header write is not a barrier, so it is never a kill point.
+
+Invariant protected: ``parse_fault(format_fault(f)) == f`` and every accepted text has exactly one canonical form
+(``kill:`` is implied and dropped, numbers have no leading zeros), so case ids are stable journal keys.
+
+Pure: no I/O, no processes. The supervisor feeds the ``Matcher`` barrier messages; what a fault *does* (SIGKILL,
+SIGINT, cutting the file, answering ``fail``) is the supervisor's business.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from chaos.errors import ChaosError
+
+PHASES = ("before-write", "after-write", "after-sync")
+
+# The protocol's fact names (issue 3): record types, then the names of the other facts. Kill points are checked
+# against this list so that a typo (`toolstarted`) fails at parse time instead of as `kill-point-not-reached`.
+FACT_NAMES = (
+    "runStarted",
+    "compactionStarted",
+    "stepAttempt",
+    "stepFailed",
+    "toolStarted",
+    "abortRequested",
+    "operationFinished",
+    "user",
+    "assistant",
+    "toolResult",
+    "synthetic",
+    "compaction",
+    "usage",
+)
+
+ACTIONS = ("kill", "int", "torn", "powerloss", "dresume", "ioerror")
+ERRNOS = ("ENOSPC", "EIO")
+# Actions after which the agent process is gone and the case restarts it with `resume`.
+KILLING_ACTIONS = frozenset({"kill", "torn", "powerloss", "dresume"})
+
+
+class FaultSyntaxError(ChaosError):
+    """A fault, schedule or case id text does not follow the grammar; the message names the text and the problem."""
+
+
+class BarrierOrderError(ChaosError):
+    """A process announced barriers out of order (e.g. ``after-sync`` without its ``before-write``)."""
+
+
+_NUMBER = r"[1-9][0-9]*"
+_ACTION_RE = re.compile(r"^(kill|int|powerloss|dresume|torn\(([0-9]+)\)|ioerror\(([A-Z]+)\))$")
+_FACT_POINT_RE = re.compile(rf"^([A-Za-z][A-Za-z0-9_]*)@([a-z-]+)#({_NUMBER})$")
+_TX_POINT_RE = re.compile(rf"^tx:({_NUMBER})@([a-z-]+)$")
+
+
+@dataclass(frozen=True)
+class KillPoint:
+    """One barrier of a case: ``FACT@PHASE#N`` (``fact`` and ``n`` set) or ``tx:K@PHASE`` (``tx`` set)."""
+
+    phase: str
+    fact: str | None = None
+    n: int | None = None
+    tx: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.phase not in PHASES:
+            raise FaultSyntaxError(f"kill point phase {self.phase!r}: expected one of {', '.join(PHASES)}")
+        if (self.tx is None) == (self.fact is None):
+            raise FaultSyntaxError("kill point: give either FACT and N or tx:K, not both or neither")
+        if self.fact is not None and (self.n is None or self.n < 1):
+            raise FaultSyntaxError(f"kill point {self.fact}@{self.phase}: N must be an integer >= 1")
+        if self.tx is not None and self.tx < 1:
+            raise FaultSyntaxError(f"kill point tx:{self.tx}: K must be an integer >= 1")
+
+    def __str__(self) -> str:
+        if self.tx is not None:
+            return f"tx:{self.tx}@{self.phase}"
+        return f"{self.fact}@{self.phase}#{self.n}"
+
+    def matches(self, barrier: Barrier) -> bool:
+        """True when this point names ``barrier``."""
+        if barrier.phase != self.phase:
+            return False
+        if self.tx is not None:
+            return barrier.tx == self.tx
+        return barrier.ordinals.get(self.fact) == self.n  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Fault:
+    """An action applied at a kill point. ``bytes`` is set for ``torn``, ``errno`` for ``ioerror``."""
+
+    action: str
+    point: KillPoint
+    bytes: int | None = None
+    errno: str | None = None
+
+    def __post_init__(self) -> None:
+        word = {"torn": f"torn({self.bytes})", "ioerror": f"ioerror({self.errno})"}.get(self.action, self.action)
+        text = f"{word}:{self.point}"
+        if self.action not in ACTIONS:
+            raise FaultSyntaxError(f"fault {text!r}: unknown action {self.action!r} (expected {_action_list()})")
+        if (self.action == "torn") != (self.bytes is not None):
+            raise FaultSyntaxError(f"fault {text!r}: torn(B) and only torn carries a byte count")
+        if self.bytes is not None and self.bytes < 1:
+            raise FaultSyntaxError(f"fault {text!r}: torn(B) keeps B >= 1 bytes (B = 0 is `powerloss`)")
+        if (self.action == "ioerror") != (self.errno is not None):
+            raise FaultSyntaxError(f"fault {text!r}: ioerror(E) and only ioerror carries an errno")
+        if self.errno is not None and self.errno not in ERRNOS:
+            raise FaultSyntaxError(f"fault {text!r}: ioerror errno {self.errno!r}: expected ENOSPC or EIO")
+        if self.action in ("torn", "powerloss") and self.point.phase != "after-write":
+            # Only at after-write is there a written-but-unsynced range to lose: the agent fsyncs every commit, so
+            # at the other barriers syncedOffset == offset and the cut would be a plain kill under another name.
+            raise FaultSyntaxError(
+                f"fault {text!r}: {self.action} cuts the unsynced bytes of a write, so its point must be @after-write"
+            )
+        if self.action == "ioerror" and self.point.phase == "after-sync":
+            # Protocol: `fail` is an answer to before-write (the write fails) or after-write (the fsync fails) only.
+            raise FaultSyntaxError(f"fault {text!r}: ioerror applies at @before-write or @after-write, not @after-sync")
+
+    def __str__(self) -> str:
+        return format_fault(self)
+
+    @property
+    def kills(self) -> bool:
+        """True when the action SIGKILLs the agent (the case then restarts it)."""
+        return self.action in KILLING_ACTIONS
+
+
+@dataclass(frozen=True)
+class Barrier:
+    """How the matcher identified one barrier message: its transaction number and per-fact ordinals."""
+
+    phase: str
+    facts: tuple[str, ...]
+    tx: int
+    ordinals: Mapping[str, int] = field(default_factory=dict)
+
+    def points(self) -> list[KillPoint]:
+        """Every kill point that names this barrier: ``tx:K@PHASE`` and one ``FACT@PHASE#N`` per distinct fact."""
+        named = [KillPoint(self.phase, fact=f, n=n) for f, n in self.ordinals.items() if f in FACT_NAMES]
+        return [KillPoint(self.phase, tx=self.tx), *named]
+
+
+def _action_list() -> str:
+    return "kill, int, torn(B), powerloss, dresume, ioerror(ENOSPC|EIO)"
+
+
+def parse_point(text: str) -> KillPoint:
+    """Parse ``FACT@PHASE#N`` or ``tx:K@PHASE``; raises ``FaultSyntaxError`` naming the problem."""
+    m = _TX_POINT_RE.match(text)
+    if m:
+        return KillPoint(_phase(text, m.group(2)), tx=int(m.group(1)))
+    m = _FACT_POINT_RE.match(text)
+    if m:
+        fact, phase, n = m.groups()
+        if fact not in FACT_NAMES:
+            raise FaultSyntaxError(
+                f"kill point {text!r}: unknown fact {fact!r} (expected one of {', '.join(FACT_NAMES)})"
+            )
+        return KillPoint(_phase(text, phase), fact=fact, n=int(n))
+    if text.startswith("tx:"):
+        raise FaultSyntaxError(f"kill point {text!r}: expected tx:K@PHASE with K an integer >= 1 (no leading zeros)")
+    if "@" not in text:
+        raise FaultSyntaxError(f"kill point {text!r}: expected FACT@PHASE#N or tx:K@PHASE (missing '@PHASE')")
+    if "#" not in text:
+        raise FaultSyntaxError(f"kill point {text!r}: missing '#N' (the N-th transaction containing the fact, 1-based)")
+    raise FaultSyntaxError(
+        f"kill point {text!r}: expected FACT@PHASE#N with N an integer >= 1 (no leading zeros) or tx:K@PHASE"
+    )
+
+
+def _phase(text: str, phase: str) -> str:
+    if phase not in PHASES:
+        raise FaultSyntaxError(f"kill point {text!r}: unknown phase {phase!r} (expected one of {', '.join(PHASES)})")
+    return phase
+
+
+def parse_fault(text: str) -> Fault:
+    """Parse ``[ACTION:]POINT``; the default action is ``kill``. Raises ``FaultSyntaxError``."""
+    if not isinstance(text, str) or not text.strip():
+        raise FaultSyntaxError("fault: empty text (expected [ACTION:]FACT@PHASE#N or [ACTION:]tx:K@PHASE)")
+    text = text.strip()
+    if any(c.isspace() for c in text):
+        raise FaultSyntaxError(f"fault {text!r}: whitespace is not allowed inside a fault")
+    head, sep, rest = text.partition(":")
+    # `tx:K@PHASE` also contains a colon: a head that is not an action word is part of the point.
+    if not sep or head == "tx":
+        return Fault("kill", parse_point(text))
+    m = _ACTION_RE.match(head)
+    if not m:
+        raise FaultSyntaxError(f"fault {text!r}: unknown action {head!r} (expected {_action_list()})")
+    word = m.group(1)
+    point = parse_point(rest)
+    if word.startswith("torn("):
+        if not re.fullmatch(_NUMBER, m.group(2)):
+            raise FaultSyntaxError(
+                f"fault {text!r}: torn(B) needs B an integer >= 1 without leading zeros (B = 0 is `powerloss`)"
+            )
+        return Fault("torn", point, bytes=int(m.group(2)))
+    if word.startswith("ioerror("):
+        return Fault("ioerror", point, errno=m.group(3))
+    return Fault(word, point)
+
+
+def format_fault(fault: Fault) -> str:
+    """The canonical text of a fault (``kill:`` omitted)."""
+    if fault.action == "kill":
+        return str(fault.point)
+    if fault.action == "torn":
+        return f"torn({fault.bytes}):{fault.point}"
+    if fault.action == "ioerror":
+        return f"ioerror({fault.errno}):{fault.point}"
+    return f"{fault.action}:{fault.point}"
+
+
+def parse_schedule(text: str | Iterable[str]) -> tuple[Fault, ...]:
+    """Parse ``FAULT+FAULT…`` (or an iterable of fault texts) into a schedule; ``""`` is the empty schedule."""
+    parts = text.split("+") if isinstance(text, str) else list(text)
+    if isinstance(text, str) and not text.strip():
+        return ()
+    return tuple(parse_fault(p) for p in parts)
+
+
+def format_schedule(schedule: Sequence[Fault]) -> str:
+    """``FAULT+FAULT…`` in canonical form."""
+    return "+".join(format_fault(f) for f in schedule)
+
+
+def case_id(scenario: str, schedule: Sequence[Fault]) -> str:
+    """``<scenario>::<fault>[+<fault>…]``; the baseline (no fault) is the bare scenario name."""
+    if not scenario or "::" in scenario or any(c.isspace() for c in scenario):
+        raise FaultSyntaxError(f"case id: scenario name {scenario!r} must be non-empty, without '::' or whitespace")
+    return f"{scenario}::{format_schedule(schedule)}" if schedule else scenario
+
+
+def parse_case_id(text: str) -> tuple[str, tuple[Fault, ...]]:
+    """Split a case id into its scenario name and schedule; raises ``FaultSyntaxError``."""
+    scenario, sep, schedule = text.partition("::")
+    if not scenario or any(c.isspace() for c in scenario):
+        raise FaultSyntaxError(f"case id {text!r}: expected <scenario>::<fault>[+<fault>...]")
+    if sep and not schedule:
+        raise FaultSyntaxError(f"case id {text!r}: '::' must be followed by at least one fault")
+    return scenario, parse_schedule(schedule) if sep else ()
+
+
+class Matcher:
+    """Numbers barrier messages in arrival order and says which fault of the schedule fires at each.
+
+    Faults are applied in order: only the first unfired fault is armed, so a later fault is looked for only after
+    the previous one fired (it may land during the recovery the previous one caused). At most one fault fires per
+    barrier. ``stream`` identifies the announcing process (one connection): its ``after-*`` barriers belong to the
+    transaction of its latest ``before-write``.
+    """
+
+    def __init__(self, schedule: Sequence[Fault]):
+        self.schedule = tuple(schedule)
+        self.fired: list[Fault] = []
+        self.transactions = 0
+        self._counts: dict[str, int] = {}
+        self._current: dict[Hashable, tuple[Barrier, str]] = {}
+
+    @property
+    def pending(self) -> tuple[Fault, ...]:
+        """The faults not fired yet, in schedule order."""
+        return self.schedule[len(self.fired) :]
+
+    def observe(self, stream: Hashable, phase: str, facts: Sequence[str]) -> tuple[Barrier, Fault | None]:
+        """Identify one barrier and return it with the fault that fires there (or None).
+
+        Raises ``BarrierOrderError`` for an ``after-*`` barrier with no matching ``before-write`` on the same stream,
+        a phase that goes backwards, or facts that differ from the transaction's announcement.
+        """
+        facts = tuple(facts)
+        if phase == "before-write":
+            self.transactions += 1
+            ordinals: dict[str, int] = {}
+            for name in dict.fromkeys(facts):  # a name counts once per transaction, in first-appearance order
+                self._counts[name] = self._counts.get(name, 0) + 1
+                ordinals[name] = self._counts[name]
+            barrier = Barrier(phase, facts, self.transactions, ordinals)
+        elif phase in PHASES:
+            previous = self._current.get(stream)
+            if previous is None:
+                raise BarrierOrderError(f"{phase} barrier without a before-write announcing its transaction")
+            tx_barrier, last_phase = previous
+            if PHASES.index(phase) != PHASES.index(last_phase) + 1:
+                raise BarrierOrderError(f"{phase} barrier after {last_phase} (expected {_next_phase(last_phase)})")
+            if facts != tx_barrier.facts:
+                raise BarrierOrderError(
+                    f"{phase} barrier announces facts {list(facts)} "
+                    f"but its before-write announced {list(tx_barrier.facts)}"
+                )
+            barrier = Barrier(phase, facts, tx_barrier.tx, tx_barrier.ordinals)
+        else:
+            raise BarrierOrderError(f"unknown phase {phase!r}")
+        self._current[stream] = (barrier, phase)
+        fault = None
+        if self.pending and self.pending[0].point.matches(barrier):
+            fault = self.pending[0]
+            self.fired.append(fault)
+        return barrier, fault
+
+
+def _next_phase(phase: str) -> str:
+    i = PHASES.index(phase)
+    return "before-write" if i == len(PHASES) - 1 else f"{PHASES[i + 1]} or before-write"

@@ -1,0 +1,242 @@
+"""How an agent process is launched, signalled, killed with its whole session, and reaped.
+
+One small interface (``Launcher`` → ``AgentProcess``) so that a later fork-server launcher can replace
+``SubprocessLauncher`` without touching the supervisor. Every agent runs in its own session (``setsid``), so "the
+agent and everything it started" is "every process whose session id is the agent's pid" — including the bash tool,
+which runs in its own process group but inside the agent's session.
+
+Invariants protected:
+- ``kill_session`` returns only when every process of the session is gone (dead or a zombie) according to psutil,
+  or reports the ones that would not die (``KillReport.survivors``); the kernel releases the session file's flock
+  only when its holder is gone, so a restart before that would race the dying writer.
+- One reaping path: the leader is reaped by ``subprocess.Popen`` only (``poll``/``wait``). Reaping it behind Popen's
+  back (``os.waitid``/``os.waitpid``/``psutil.Process.wait`` on our own child) makes Popen report exit 0 for a killed
+  process — a measured fact on these machines.
+
+Not here: what to launch, when to kill (``chaos.supervisor``), the protocol.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import psutil
+
+
+def agent_argv(*args: str) -> list[str]:
+    """``sys.executable -m agent ARGS``: the bundled agent, with this interpreter (never a PATH shim)."""
+    return [sys.executable, "-m", "agent", *args]
+
+
+@dataclass(frozen=True)
+class ProcInfo:
+    """A process as seen when it was found or killed."""
+
+    pid: int
+    name: str
+    cmdline: tuple[str, ...] = ()
+
+    def to_json(self) -> dict:
+        return {"pid": self.pid, "name": self.name, "cmdline": list(self.cmdline)}
+
+
+@dataclass
+class KillReport:
+    """What ``kill_session`` did: processes SIGKILLed and the ones not confirmed gone within the limit."""
+
+    killed: list[ProcInfo] = field(default_factory=list)
+    survivors: list[ProcInfo] = field(default_factory=list)
+
+
+class AgentProcess(Protocol):
+    """A launched agent: the leader of its own session."""
+
+    pid: int
+    session_id: int
+
+    def poll(self) -> int | None:
+        """The exit status if the leader has ended (reaping it), else None. Negative = killed by that signal."""
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """Wait for the leader to end; None when ``timeout`` passed first."""
+
+    def send_signal(self, sig: int) -> None:
+        """Send ``sig`` to the leader only (no-op once it has been reaped)."""
+
+    def kill_session(self, timeout: float = 5.0) -> KillReport:
+        """SIGKILL the leader and every process of its session; return when psutil confirms they are gone."""
+
+    def exit_fd(self) -> int | None:
+        """A file descriptor that becomes readable when the leader exits (for a selector), or None to poll."""
+
+    def close(self) -> None:
+        """Release OS resources held for this process (not the process itself)."""
+
+
+class Launcher(Protocol):
+    """Starts agent processes. ``stdout``/``stderr`` are files the process writes to (kept for the report)."""
+
+    def launch(
+        self, argv: Sequence[str], env: Mapping[str, str], cwd: Path, stdout: Path, stderr: Path
+    ) -> AgentProcess: ...
+
+
+class SubprocessLauncher:
+    """``subprocess.Popen`` in a new session (``start_new_session=True``: the child calls setsid, so its pid is the
+    session id), stdin from /dev/null, stdout/stderr to files (a pipe nobody drains could block a chatty agent)."""
+
+    def launch(
+        self, argv: Sequence[str], env: Mapping[str, str], cwd: Path, stdout: Path, stderr: Path
+    ) -> AgentProcess:
+        with open(stdout, "wb") as out, open(stderr, "wb") as err:
+            popen = subprocess.Popen(
+                list(argv),
+                env=dict(env),
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+                close_fds=True,
+            )
+        return PopenProcess(popen)
+
+
+class PopenProcess:
+    """``AgentProcess`` over a ``subprocess.Popen`` started in its own session."""
+
+    def __init__(self, popen: subprocess.Popen):
+        self._popen = popen
+        self.pid = popen.pid
+        self.session_id = popen.pid
+        self._pidfd: int | None
+        try:
+            # A pidfd becomes readable when the process exits; it does not reap, so Popen stays the one reaper.
+            # The pid cannot be recycled before we reap it, so opening it after Popen returned is safe.
+            self._pidfd = os.pidfd_open(popen.pid)
+        except (AttributeError, OSError):  # kernel < 5.3 or a sandbox without pidfd: the supervisor polls instead
+            self._pidfd = None
+
+    def poll(self) -> int | None:
+        return self._popen.poll()
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        try:
+            return self._popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def send_signal(self, sig: int) -> None:
+        # Popen.send_signal polls first and does nothing once the child is reaped, so a recycled pid is never hit.
+        self._popen.send_signal(sig)
+
+    def kill_session(self, timeout: float = 5.0) -> KillReport:
+        # Take the tree before the leader dies: its children are then reparented and only the session id (or, for
+        # a child that called setsid itself, nothing) still ties them to the agent.
+        tree = _descendants(self.pid)
+        report = KillReport()
+        if self._popen.returncode is None:
+            report.killed.append(_info(self.pid))
+            self._popen.send_signal(signal.SIGKILL)  # first the leader: it is the process paused at the barrier
+        rest = kill_processes(
+            lambda: [*tree, *session_members(self.session_id)],
+            timeout,
+            leader_done=lambda: self.wait(0.005) is not None,  # reaped by Popen, the one reaping path
+        )
+        report.killed += rest.killed
+        report.survivors += rest.survivors
+        if self._popen.returncode is None:
+            report.survivors.append(_info(self.pid))
+        return report
+
+    def exit_fd(self) -> int | None:
+        return self._pidfd
+
+    def close(self) -> None:
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+
+
+def _info(pid: int) -> ProcInfo:
+    try:
+        p = psutil.Process(pid)
+        with p.oneshot():
+            return ProcInfo(pid, p.name(), tuple(p.cmdline()))
+    except (psutil.Error, OSError):
+        return ProcInfo(pid, "?")
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _alive(p: psutil.Process) -> bool:
+    # A zombie is dead: it holds no locks, files or memory, only a pid until its parent (possibly a PID 1 that
+    # never reaps, in a container) collects it. is_running() also guards against a recycled pid (create time).
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def session_members(session_id: int, exclude: Iterable[int] = ()) -> list[psutil.Process]:
+    """Every live (non-zombie) process whose session id is ``session_id``, except ``session_id`` itself."""
+    skip = {session_id, os.getpid(), *exclude}
+    found = []
+    for pid in psutil.pids():
+        if pid in skip:
+            continue
+        try:
+            if os.getsid(pid) != session_id:
+                continue
+            p = psutil.Process(pid)
+        except (OSError, psutil.Error):  # gone between the listing and the look-up
+            continue
+        if _alive(p):
+            found.append(p)
+    return found
+
+
+def stragglers(session_id: int) -> list[ProcInfo]:
+    """The processes of the session still alive (the leader excluded: the caller knows whether it is reaped)."""
+    return [_info(p.pid) for p in session_members(session_id)]
+
+
+def kill_processes(find, timeout: float, leader_done=lambda: True) -> KillReport:
+    """SIGKILL whatever ``find()`` returns until it returns nothing alive and ``leader_done()`` holds.
+
+    ``find`` is called again on every round because a process may fork while we kill its siblings.
+    """
+    report = KillReport()
+    seen: set[int] = set()
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = {p.pid: p for p in find() if _alive(p)}
+        for pid, p in alive.items():
+            try:
+                if pid not in seen:
+                    seen.add(pid)
+                    report.killed.append(_info(pid))
+                p.kill()  # psutil checks the create time first, so a recycled pid is not signalled
+            except psutil.Error:
+                pass
+        done = leader_done()
+        if not alive and done:
+            return report
+        if time.monotonic() > deadline:
+            # Uninterruptible sleep (D state) can outlast SIGKILL; report instead of hanging the harness.
+            report.survivors = [_info(pid) for pid, p in alive.items() if _alive(p)]
+            return report
+        time.sleep(0.002)

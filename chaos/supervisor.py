@@ -1,0 +1,693 @@
+"""The supervisor: runs one case — launch the agent, serve its checkpoint channel, fire faults at barriers, restart.
+
+Modelled on a test-runner's worker controller: the subject (the agent) may hang, crash or lie, and every such
+behaviour becomes a *verdict* in the returned ``CaseRun``, never an exception or a hung harness.
+
+The loop, single-threaded around one selector (listening socket, one connection per agent process, one pidfd per
+process):
+
+1. Launch a *generation* (one process; two for ``dresume``) with ``CHAOS_CONTROL`` naming our Unix socket.
+2. Each connection sends ``hello`` then barrier messages; every message is answered by one line, and the agent
+   blocks until it arrives — so at a barrier the agent is paused exactly there and a SIGKILL lands precisely.
+3. At each barrier the ``Matcher`` (chaos.faults) says which fault fires: ``kill``/``torn``/``powerloss``/``dresume``
+   SIGKILL the agent's whole session (no answer) and, for torn/powerloss, cut the file before anything restarts;
+   ``int`` sends SIGINT then answers continue; ``ioerror`` answers ``fail``. After-sync barriers are recorded as
+   acknowledged with the transaction's bytes read from the file at that moment.
+4. When every process of the generation has ended: a fault killed one (or answered ``fail``) → the next generation
+   is ``resume`` (two at once after ``dresume``); ended blocked and an abort command is configured → ``abort``;
+   ended otherwise → the command's next step, or the end of the case.
+5. Watchdog: per-case wall clock and per-barrier silence → ``hang``; at the end no process of any launch's session
+   may survive (psutil sweep; stragglers are killed and reported).
+
+Not here: what the agent command is (``AgentCommand``, built by the case layer), judging the files (chaos.oracle).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import shutil
+import signal
+import socket
+import struct
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NoReturn
+
+import psutil
+
+from chaos import records
+from chaos.errors import ChaosError
+from chaos.faults import PHASES, BarrierOrderError, Fault, Matcher, format_fault, parse_schedule
+from chaos.process import AgentProcess, Launcher, SubprocessLauncher, kill_processes, session_members, _info
+from chaos.records import Acknowledged, BarrierEvent, CaseRun, FaultRecord, Launch, Straggler
+
+PROTOCOL_VERSION = 1
+SESSION = "{session}"  # placeholder in argv, replaced by the session path the first hello announced
+# AF_UNIX: sun_path is 108 bytes on Linux, including the terminating NUL.
+_SUN_PATH_MAX = 107
+_POLL = 0.01  # process-exit polling period when no pidfd is available
+
+
+class SupervisorError(ChaosError):
+    """The supervisor itself cannot run the case (e.g. the control socket cannot be created)."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """One command of a case (a run, a compaction...). ``again`` re-issues it when a fault destroyed all its work.
+
+    "All its work destroyed" = the step's own process wrote no transaction that is still complete in the file when
+    the fault's process has ended (killed at its first before-write, or its first write cut by torn/powerloss, or
+    rolled back by ioerror): recovery then has nothing of the step to finish, so the case would silently skip it.
+    """
+
+    argv: tuple[str, ...]
+    again: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class AgentCommand:
+    """How to drive one agent implementation through a case.
+
+    ``steps[0].argv`` creates the session; later argvs (and ``resume``/``abort``) may contain ``{session}``, the
+    path the agent announced in its hello. ``env`` is added to the supervisor's environment. ``settled_exits``
+    are the exit codes meaning "ended by itself in a durable terminal state"; any other ends the case.
+    """
+
+    steps: tuple[Step, ...]
+    resume: tuple[str, ...]
+    abort: tuple[str, ...] | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: Path | None = None  # default: the case directory
+    settled_exits: frozenset[int] = frozenset({0, 3, 4, 130})
+    blocked_exit: int | None = 3
+    locked_exit: int = 6  # the refused process of a dresume pair
+
+    @classmethod
+    def single(cls, first: Sequence[str], resume: Sequence[str], abort: Sequence[str] | None = None, **kw):
+        """A one-step command."""
+        return cls(steps=(Step(tuple(first)),), resume=tuple(resume), abort=tuple(abort) if abort else None, **kw)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Watchdog limits (seconds)."""
+
+    case_seconds: float = 120.0  # wall clock for the whole case
+    silence_seconds: float = 30.0  # a live process says nothing for this long after its launch or our last answer
+    kill_seconds: float = 5.0  # how long psutil may take to confirm a SIGKILLed session gone
+    max_line: int = 1 << 20  # a protocol line longer than this is a protocol error
+
+
+@dataclass
+class _Conn:
+    sock: socket.socket
+    ident: int
+    pid: int
+    launch: int | None
+    buf: bytes = b""
+    hello: bool = False
+    held: bool = False  # hello answer withheld (dresume: until the sibling said hello or exited)
+    tx_start: int = 0  # offset announced at the current transaction's before-write
+    closed: bool = False
+
+
+class _Stop(Exception):
+    """Internal: a verdict was reached; unwind to the case's cleanup."""
+
+
+class Supervisor:
+    """Runs cases of one agent command. ``run(schedule)`` returns a ``CaseRun``; agent misbehaviour is a verdict."""
+
+    def __init__(
+        self,
+        command: AgentCommand,
+        case_dir: Path | str,
+        *,
+        launcher: Launcher | None = None,
+        limits: Limits = Limits(),
+        label: str = "",
+    ):
+        self.command = command
+        self.case_dir = Path(case_dir)
+        self.launcher = launcher or SubprocessLauncher()
+        self.limits = limits
+        self.label = label
+
+    def run(self, schedule: Sequence[Fault] | str = ()) -> CaseRun:
+        """Run the case under ``schedule`` (faults or their ``+``-joined text) and return what happened."""
+        faults = parse_schedule(schedule) if isinstance(schedule, str) else tuple(schedule)
+        return _Case(self, faults).run()
+
+
+def run_case(command: AgentCommand, schedule: Sequence[Fault] | str, case_dir: Path | str, **kw) -> CaseRun:
+    """Convenience: ``Supervisor(command, case_dir, **kw).run(schedule)``."""
+    return Supervisor(command, case_dir, **kw).run(schedule)
+
+
+class _Case:
+    """The state of one supervised case; used once."""
+
+    def __init__(self, sup: Supervisor, schedule: tuple[Fault, ...]):
+        self.sup = sup
+        self.cmd = sup.command
+        self.limits = sup.limits
+        self.matcher = Matcher(schedule)
+        self.dir = sup.case_dir
+        self.run_rec = CaseRun(
+            label=sup.label, schedule=[format_fault(f) for f in schedule], case_dir=str(self.dir), socket=""
+        )
+        self.t0 = time.monotonic()
+        self.sel = selectors.DefaultSelector()
+        self.procs: dict[int, AgentProcess] = {}
+        self.live: set[int] = set()
+        self.conns: dict[int, _Conn] = {}
+        self.activity: dict[int, float] = {}  # launch -> monotonic time of its last message or our last answer
+        self.generation: list[int] = []
+        self.gen_number = 0
+        self.gen_faults: list[Fault] = []
+        self.step = 0
+        self.step_launch: int | None = None  # the step's latest own launch ("step" or "again")
+        self._tmp_sock_dir: str | None = None
+        self._next_conn = 0
+
+    # ---- the case ------------------------------------------------------------------------------------------------
+
+    def run(self) -> CaseRun:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "launches").mkdir(exist_ok=True)
+        (self.dir / "kills").mkdir(exist_ok=True)
+        self.listener = self._listen()
+        try:
+            self._launch_generation([("step", self.cmd.steps[0].argv)])
+            while True:  # left through _Stop: every ending is a verdict
+                if self.live:
+                    self._tick()
+                else:
+                    self._next_generation()
+        except _Stop:
+            pass
+        finally:
+            self._shutdown()
+        self.run_rec.unreached = [format_fault(f) for f in self.matcher.pending]
+        self.run_rec.duration = round(time.monotonic() - self.t0, 6)
+        return self.run_rec
+
+    def _verdict(self, verdict: str, detail: str) -> NoReturn:
+        """Record the verdict (the first one wins) and stop the case."""
+        if not self.run_rec.verdict:
+            self.run_rec.verdict = verdict
+            self.run_rec.detail = detail
+        raise _Stop
+
+    def _now(self) -> float:
+        return round(time.monotonic() - self.t0, 6)
+
+    # ---- socket --------------------------------------------------------------------------------------------------
+
+    def _listen(self) -> socket.socket:
+        path = self.dir / "c.sock"
+        if len(os.fsencode(str(path))) > _SUN_PATH_MAX:
+            # The case directory is too deep for sun_path: bind in a short private temp dir instead.
+            self._tmp_sock_dir = tempfile.mkdtemp(prefix="kp-", dir="/tmp" if os.path.isdir("/tmp") else None)
+            path = Path(self._tmp_sock_dir) / "c.sock"
+            if len(os.fsencode(str(path))) > _SUN_PATH_MAX:
+                raise SupervisorError(f"no control socket path fits in {_SUN_PATH_MAX} bytes: {path}")
+        try:
+            path.unlink()  # a socket file left by an earlier run of this case directory: bind() would fail
+        except FileNotFoundError:
+            pass
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(str(path))
+            sock.listen(16)
+        except OSError as e:
+            sock.close()
+            raise SupervisorError(f"cannot listen on control socket {path}: {e.strerror}") from e
+        sock.setblocking(False)
+        self.sel.register(sock, selectors.EVENT_READ, ("listen", None))
+        self.run_rec.socket = str(path)
+        return sock
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                sock, _ = self.listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            sock.setblocking(False)
+            # SO_PEERCRED: the kernel's word for which process connected (pid, uid, gid), not the message's.
+            pid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[0]
+            try:
+                sid = os.getsid(pid)
+            except OSError:  # already gone: its death is seen through its launch; nothing to serve
+                sock.close()
+                continue
+            launch = next((i for i, p in self.procs.items() if p.session_id == sid), None)
+            conn = _Conn(sock, self._next_conn, pid, launch)
+            self._next_conn += 1
+            self.conns[conn.ident] = conn
+            self.sel.register(sock, selectors.EVENT_READ, ("conn", conn.ident))
+            if launch is None or launch not in self.live:
+                self._verdict(
+                    records.PROTOCOL_ERROR, f"connection from pid {pid} (session {sid}), not a live agent of this case"
+                )
+
+    def _close(self, conn: _Conn) -> None:
+        if not conn.closed:
+            conn.closed = True
+            self.sel.unregister(conn.sock)
+            conn.sock.close()
+
+    def _read(self, conn: _Conn) -> None:
+        while not conn.closed:
+            try:
+                data = conn.sock.recv(65536)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:  # ECONNRESET: the peer died; its exit is handled through its process
+                data = b""
+            if not data:
+                self._close(conn)
+                return
+            conn.buf += data
+            while b"\n" in conn.buf and not conn.closed:
+                line, conn.buf = conn.buf.split(b"\n", 1)
+                self._on_message(conn, line)
+            if len(conn.buf) > self.limits.max_line:
+                self._protocol_error(conn, f"line longer than {self.limits.max_line} bytes without a newline")
+
+    def _send(self, conn: _Conn, answer: dict) -> bool:
+        if conn.launch is not None:
+            self.activity[conn.launch] = time.monotonic()
+        try:
+            conn.sock.sendall(json.dumps(answer, separators=(",", ":")).encode() + b"\n")
+            return True
+        except OSError:  # the agent died before reading its answer; its exit is handled through its process
+            return False
+
+    # ---- messages ------------------------------------------------------------------------------------------------
+
+    def _protocol_error(self, conn: _Conn, detail: str) -> NoReturn:
+        self._verdict(records.PROTOCOL_ERROR, f"launch {conn.launch} (pid {conn.pid}): {detail}")
+
+    def _on_message(self, conn: _Conn, line: bytes) -> None:
+        assert conn.launch is not None
+        self.activity[conn.launch] = time.monotonic()
+        try:
+            msg = json.loads(line.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            self._protocol_error(conn, f"malformed line {_clip(line)}")
+        if not isinstance(msg, dict) or len(msg) != 1 or next(iter(msg)) not in ("hello", "checkpoint"):
+            self._protocol_error(conn, f"expected {{\"hello\":…}} or {{\"checkpoint\":…}}, got {_clip(line)}")
+        kind, body = next(iter(msg.items()))
+        if not isinstance(body, dict):
+            self._protocol_error(conn, f"{kind} must be an object, got {_clip(line)}")
+        if not conn.hello:
+            if kind != "hello":
+                self._protocol_error(conn, "first message must be hello")
+            self._on_hello(conn, body)
+        elif kind == "hello":
+            self._protocol_error(conn, "second hello on one connection")
+        else:
+            self._on_checkpoint(conn, body)
+
+    def _on_hello(self, conn: _Conn, body: dict) -> None:
+        version = body.get("protocol")
+        if not _is_int(version) or version != PROTOCOL_VERSION:
+            self._protocol_error(conn, f"protocol version {version!r} (this supervisor speaks {PROTOCOL_VERSION})")
+        if not _is_int(body.get("pid")) or body["pid"] != conn.pid:
+            self._protocol_error(conn, f"hello pid {body.get('pid')!r} is not the connecting process {conn.pid}")
+        session = body.get("session")
+        if not isinstance(session, str) or not session:
+            self._protocol_error(conn, f"hello session must be a non-empty path, got {session!r}")
+        path = os.path.join(self.cmd.cwd or self.dir, session)  # a relative path is relative to the agent's cwd
+        if self.run_rec.session is None:
+            self.run_rec.session = path
+        elif os.path.realpath(path) != os.path.realpath(self.run_rec.session):
+            self._protocol_error(
+                conn, f"hello names session {session!r}, the case's session is {self.run_rec.session!r}"
+            )
+        conn.hello = True
+        self.run_rec.launches[conn.launch].hello = dict(body)
+        # dresume: hold the first hello until its sibling has said hello too or ended, so the pair really overlaps
+        # (the agent holds the session lock while it waits for this answer) instead of racing by luck.
+        if len(self.generation) > 1 and any(i in self.live and not self._said_hello(i) for i in self.generation):
+            conn.held = True
+            return
+        self._release_held()
+        self._send(conn, {"action": "continue"})
+
+    def _said_hello(self, launch: int) -> bool:
+        return any(c.hello for c in self.conns.values() if c.launch == launch)
+
+    def _release_held(self) -> None:
+        for c in list(self.conns.values()):
+            if c.held and not c.closed:
+                c.held = False
+                self._send(c, {"action": "continue"})
+
+    def _on_checkpoint(self, conn: _Conn, cp: dict) -> None:
+        phase, facts = cp.get("phase"), cp.get("facts")
+        nums = {k: cp.get(k) for k in ("seqFirst", "seqLast", "offset", "syncedOffset")}
+        if phase not in PHASES:
+            self._protocol_error(conn, f"checkpoint phase {phase!r}")
+        if not isinstance(facts, list) or not facts or not all(isinstance(f, str) and f for f in facts):
+            self._protocol_error(conn, f"checkpoint facts must be a non-empty list of names, got {facts!r}")
+        bad = [k for k, v in nums.items() if not _is_int(v) or v < 0]
+        if bad:
+            self._protocol_error(conn, f"checkpoint {', '.join(bad)} must be non-negative integers")
+        if nums["seqLast"] - nums["seqFirst"] + 1 != len(facts):
+            self._protocol_error(
+                conn, f"checkpoint seq {nums['seqFirst']}..{nums['seqLast']} does not match {len(facts)} facts"
+            )
+        if nums["syncedOffset"] > nums["offset"]:
+            self._protocol_error(conn, f"checkpoint syncedOffset {nums['syncedOffset']} beyond offset {nums['offset']}")
+        try:
+            barrier, fault = self.matcher.observe(conn.ident, phase, facts)
+        except BarrierOrderError as e:
+            self._protocol_error(conn, str(e))
+        event = BarrierEvent(
+            index=len(self.run_rec.barriers),
+            launch=conn.launch,
+            pid=conn.pid,
+            phase=phase,
+            facts=list(facts),
+            seq_first=nums["seqFirst"],
+            seq_last=nums["seqLast"],
+            offset=nums["offset"],
+            synced_offset=nums["syncedOffset"],
+            tx=barrier.tx,
+            ordinals=dict(barrier.ordinals),
+            file_size=self._file_size(),
+            at=self._now(),
+            fault=format_fault(fault) if fault else None,
+        )
+        self.run_rec.barriers.append(event)
+        if phase == "before-write":
+            conn.tx_start = event.offset
+        elif phase == "after-sync":
+            # Acknowledged: the agent says these bytes are durable. Keep them exactly as the file has them now.
+            self.run_rec.acknowledged.append(
+                Acknowledged(
+                    tx=event.tx,
+                    launch=event.launch,
+                    barrier=event.index,
+                    facts=list(facts),
+                    seq_first=event.seq_first,
+                    seq_last=event.seq_last,
+                    start=conn.tx_start,
+                    end=event.offset,
+                    synced_offset=event.synced_offset,
+                    file_size=event.file_size,
+                    data=self._read_range(conn.tx_start, event.offset),
+                )
+            )
+        if fault is None:
+            event.answer = {"action": "continue"}
+            self._send(conn, event.answer)
+            return
+        self.gen_faults.append(fault)
+        if fault.kills:
+            self._kill_at(conn, event, fault)
+        elif fault.action == "int":
+            self._interrupt(conn, event, fault)
+        else:  # ioerror
+            event.answer = {"action": "fail", "errno": fault.errno}
+            self._record_fault(event, fault, errno=fault.errno)
+            self._send(conn, event.answer)
+
+    # ---- faults --------------------------------------------------------------------------------------------------
+
+    def _record_fault(self, event: BarrierEvent, fault: Fault, **kw) -> FaultRecord:
+        rec = FaultRecord(
+            fault=format_fault(fault), action=fault.action, barrier=event.index, launch=event.launch, pid=event.pid,
+            at=self._now(), **kw,
+        )
+        self.run_rec.faults.append(rec)
+        return rec
+
+    def _interrupt(self, conn: _Conn, event: BarrierEvent, fault: Fault) -> None:
+        proc = self.procs[conn.launch]
+        # The signal is pending in the agent before it reads our answer, so it acts on it at its next decision.
+        if conn.pid == proc.pid:
+            proc.send_signal(signal.SIGINT)  # via Popen: never signals a reaped (recyclable) pid
+        else:
+            os.kill(conn.pid, signal.SIGINT)  # the agent runs under a wrapper; the kernel vouched for this pid
+        self._record_fault(event, fault, signal="SIGINT")
+        event.answer = {"action": "continue"}
+        self._send(conn, event.answer)
+
+    def _kill_at(self, conn: _Conn, event: BarrierEvent, fault: Fault) -> None:
+        launch = self.run_rec.launches[conn.launch]
+        report = self.procs[conn.launch].kill_session(self.limits.kill_seconds)
+        launch.killed_by = "fault"
+        self._close(conn)
+        rec = self._record_fault(
+            event, fault, signal="SIGKILL",
+            killed=[p.to_json() for p in report.killed], survivors=[p.to_json() for p in report.survivors],
+        )
+        if report.survivors:
+            rec.note = "processes survived SIGKILL within the limit; the restart may race them"
+        session = self.run_rec.session
+        rec.size_at_kill = self._file_size()
+        if fault.action in ("torn", "powerloss"):
+            # SIGKILL keeps written-but-unsynced bytes (they are in the page cache); a power loss would not.
+            # Simulate it now, while nothing of the case runs: keep the synced prefix (+ B bytes of the tail if torn).
+            unsynced = event.offset - event.synced_offset
+            keep = 0 if fault.action == "powerloss" else fault.bytes
+            if keep >= unsynced or rec.size_at_kill is None:
+                rec.note = f"{fault.action} keeps {keep} bytes of an unsynced range of {unsynced}: nothing to cut"
+                self._snapshot(rec, session)
+                self._verdict(records.NOT_APPLICABLE, f"{format_fault(fault)}: {rec.note}")
+            rec.cut_to = event.synced_offset + keep
+            os.truncate(session, rec.cut_to)
+        self._snapshot(rec, session)
+
+    def _snapshot(self, rec: FaultRecord, session: str | None) -> None:
+        if session is None or not os.path.exists(session):
+            return
+        dest = self.dir / "kills" / f"{len(self.run_rec.faults):02d}-{rec.action}.jsonl"
+        shutil.copyfile(session, dest)
+        rec.snapshot, rec.snapshot_size = str(dest), dest.stat().st_size
+
+    def _file_size(self) -> int | None:
+        try:
+            return os.stat(self.run_rec.session).st_size if self.run_rec.session else None
+        except OSError:
+            return None
+
+    def _read_range(self, start: int, end: int) -> bytes:
+        try:
+            with open(self.run_rec.session, "rb") as f:
+                f.seek(start)
+                return f.read(max(0, end - start))
+        except (OSError, TypeError):
+            return b""
+
+    # ---- processes -----------------------------------------------------------------------------------------------
+
+    def _launch_generation(self, items: list[tuple[str, Sequence[str]]]) -> None:
+        self.gen_number += 1
+        self.generation = []
+        self.gen_faults = []
+        for role, argv in items:
+            self.generation.append(self._launch(role, argv))
+
+    def _launch(self, role: str, argv: Sequence[str]) -> int:
+        index = len(self.run_rec.launches)
+        if any(SESSION in a for a in argv):
+            if self.run_rec.session is None:
+                self._verdict(records.LAUNCH_ERROR, f"{role} command needs {SESSION} but no hello announced a session")
+            argv = [a.replace(SESSION, self.run_rec.session) for a in argv]
+        base = self.dir / "launches" / f"{index:02d}-{role}"
+        out, err = base.with_suffix(".stdout"), base.with_suffix(".stderr")
+        env = {**os.environ, **self.cmd.env, "CHAOS_CONTROL": self.run_rec.socket}
+        try:
+            proc = self.sup.launcher.launch(list(argv), env, Path(self.cmd.cwd or self.dir), out, err)
+        except OSError as e:
+            self._verdict(records.LAUNCH_ERROR, f"cannot start {role} command {list(argv)}: {e.strerror or e}")
+        self.procs[index] = proc
+        self.live.add(index)
+        self.activity[index] = time.monotonic()
+        self.run_rec.launches.append(
+            Launch(index=index, role=role, step=self.step, generation=self.gen_number, argv=list(argv), pid=proc.pid,
+                   stdout=str(out), stderr=str(err), started=self._now())
+        )
+        if role in ("step", "again"):
+            self.step_launch = index
+        fd = proc.exit_fd()
+        if fd is not None:
+            self.sel.register(fd, selectors.EVENT_READ, ("exit", index))
+        return index
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        deadlines = [self.t0 + self.limits.case_seconds]
+        held = {c.launch for c in self.conns.values() if c.held and not c.closed}
+        deadlines += [self.activity[i] + self.limits.silence_seconds for i in self.live if i not in held]
+        timeout = max(0.0, min(deadlines) - now)
+        if any(self.procs[i].exit_fd() is None for i in self.live):
+            timeout = min(timeout, _POLL)
+        for key, _ in self.sel.select(timeout):
+            kind, ident = key.data
+            if kind == "listen":
+                self._accept()
+            elif kind == "conn" and ident in self.conns and not self.conns[ident].closed:
+                self._read(self.conns[ident])
+        for index in sorted(self.live):
+            rc = self.procs[index].poll()
+            if rc is not None:
+                self._on_exit(index, rc)
+        self._watchdog()
+
+    def _watchdog(self) -> None:
+        now = time.monotonic()
+        if now > self.t0 + self.limits.case_seconds:
+            self._verdict(records.HANG, f"case wall-clock limit of {self.limits.case_seconds:g}s exceeded")
+        held = {c.launch for c in self.conns.values() if c.held and not c.closed}
+        for i in sorted(self.live - held):
+            if now - self.activity[i] > self.limits.silence_seconds:
+                last = next((b for b in reversed(self.run_rec.barriers) if b.launch == i), None)
+                where = f"after barrier {last.points()[0]}" if last else "since its launch"
+                self._verdict(records.HANG, f"launch {i} (pid {self.procs[i].pid}) silent for "
+                                            f"{self.limits.silence_seconds:g}s {where}")
+
+    def _on_exit(self, index: int, rc: int) -> None:
+        for conn in [c for c in self.conns.values() if c.launch == index and not c.closed]:
+            self._read(conn)  # whatever it wrote before dying is already in the socket buffer
+            self._close(conn)
+        launch = self.run_rec.launches[index]
+        launch.returncode, launch.ended = rc, self._now()
+        self.live.discard(index)
+        proc = self.procs[index]
+        if proc.exit_fd() is not None:
+            self.sel.unregister(proc.exit_fd())
+        proc.close()
+        self._release_held()  # a dresume sibling that exited (refused) no longer holds its partner
+        if launch.killed_by is None:
+            self._sweep(proc.session_id, index, "after-exit", grace=0.2)
+            if rc < 0:
+                name = signal.Signals(-rc).name if -rc in signal.valid_signals() else str(-rc)
+                self._verdict(
+                    records.CRASH, f"launch {index} ({launch.role}) died by {name}, not sent by the supervisor"
+                )
+
+    def _sweep(self, session_id: int, launch: int | None, found: str, grace: float = 0.0) -> None:
+        """Kill and record processes left in a session whose leader has ended (and been reaped)."""
+        if psutil.pid_exists(session_id):
+            # Linux frees a pid number only when no process uses it as pid, pgid or sid: while any member of our
+            # session lives, the number cannot be reused. A live process with that pid (our leader is reaped)
+            # therefore means our session is empty and the number now belongs to someone else: leave it alone.
+            return
+        deadline = time.monotonic() + grace
+        while session_members(session_id) and time.monotonic() < deadline:
+            time.sleep(0.01)  # e.g. a tool group the agent just SIGKILLed is still being torn down
+        left = session_members(session_id)
+        if not left:
+            return
+        infos = {p.pid: _info(p.pid) for p in left}
+        kill_processes(lambda: session_members(session_id), self.limits.kill_seconds)
+        for info in infos.values():
+            self.run_rec.stragglers.append(
+                Straggler(info.pid, info.name, list(info.cmdline), session_id, launch, found)
+            )
+
+    # ---- what next -----------------------------------------------------------------------------------------------
+
+    def _next_generation(self) -> None:
+        """Decide what to launch once the whole generation has ended (or end the case with a verdict)."""
+        launches = [self.run_rec.launches[i] for i in self.generation]
+        fault_killed = any(l.killed_by == "fault" for l in launches)
+        if fault_killed or any(f.action == "ioerror" for f in self.gen_faults):
+            if any(f.action == "dresume" for f in self.gen_faults):
+                self._launch_generation([("dresume", self.cmd.resume), ("dresume", self.cmd.resume)])
+            else:
+                self._launch_generation([("resume", self.cmd.resume)])
+            return
+        code = self._generation_code(launches)
+        roles = {l.role for l in launches}
+        if code == self.cmd.blocked_exit and self.cmd.abort and roles != {"abort"}:
+            self._launch_generation([("abort", self.cmd.abort)])
+            return
+        if code not in self.cmd.settled_exits:
+            last = launches[-1]
+            self._verdict(records.exit_verdict(code), f"launch {last.index} ({last.role}) exited {code}")
+        if self._step_lost():
+            # Recovery is over and nothing of the step survived: issue it again, as its user would.
+            self._launch_generation([("again", self.cmd.steps[self.step].again)])
+            return
+        if self.step + 1 < len(self.cmd.steps):
+            self.step += 1
+            self._launch_generation([("step", self.cmd.steps[self.step].argv)])
+            return
+        if self.matcher.pending:
+            self._verdict(records.NOT_REACHED, "the agent finished before "
+                          + ", ".join(format_fault(f) for f in self.matcher.pending) + " was reached")
+        self._verdict(records.exit_verdict(code), f"all steps done; last launch exited {code}")
+
+    def _generation_code(self, launches: list[Launch]) -> int:
+        codes = [l.returncode for l in launches if l.returncode is not None]
+        if len(launches) > 1:  # dresume: the refused sibling's "locked" exit is expected, not the outcome
+            others = [c for c in codes if c != self.cmd.locked_exit]
+            codes = others or codes
+        return next((c for c in codes if c != 0), 0)
+
+    def _step_lost(self) -> bool:
+        """True when a fault hit the step's latest own launch before any transaction of it became durable.
+
+        Durable here means "in the file after the fault": a write survives a plain SIGKILL (page cache) but not a
+        torn/powerloss cut below its end; an ioerror at before-write rolls the write back. Each re-issue needs a
+        fault of its own to be lost again, so this cannot loop.
+        """
+        if self.cmd.steps[self.step].again is None or self.step_launch is None:
+            return False
+        hit = [f for f in self.run_rec.faults if f.launch == self.step_launch and f.action != "int"]
+        if not hit:
+            return False
+        writes = [b for b in self.run_rec.barriers if b.launch == self.step_launch and b.phase == "after-write"]
+        if not writes:
+            return True
+        cut = next((f.cut_to for f in hit if f.cut_to is not None), None)
+        return cut is not None and cut < writes[0].offset
+
+    # ---- cleanup -------------------------------------------------------------------------------------------------
+
+    def _shutdown(self) -> None:
+        for index in sorted(self.live):
+            launch = self.run_rec.launches[index]
+            launch.killed_by = launch.killed_by or "watchdog"
+            self.procs[index].kill_session(self.limits.kill_seconds)
+            launch.returncode = self.procs[index].poll()
+            launch.ended = self._now()
+            if self.procs[index].exit_fd() is not None:
+                self.sel.unregister(self.procs[index].exit_fd())
+            self.procs[index].close()
+        self.live.clear()
+        for proc in self.procs.values():  # no process of the case outlives the case
+            self._sweep(proc.session_id, None, "end")
+        for conn in list(self.conns.values()):
+            self._close(conn)
+        self.sel.unregister(self.listener)
+        self.listener.close()
+        self.sel.close()
+        try:
+            os.unlink(self.run_rec.socket)
+        except OSError:
+            pass
+        if self._tmp_sock_dir:
+            shutil.rmtree(self._tmp_sock_dir, ignore_errors=True)
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _clip(line: bytes, n: int = 120) -> str:
+    text = line.decode("utf-8", "replace")
+    return repr(text if len(text) <= n else text[:n] + "…")

@@ -1,0 +1,28 @@
+"""A crashing fake agent: says hello, announces one barrier, then dies by a signal or exits with a code.
+
+    crashing.py --signal SIGSEGV | --exit N
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+
+from _protocol import Channel
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--signal")
+ap.add_argument("--exit", type=int)
+args = ap.parse_args()
+chan = Channel()
+path = os.path.abspath("crash.jsonl")
+open(path, "wb").close()
+chan.hello(path)
+chan.checkpoint("before-write", ["user", "runStarted"], 1, 0, 0)
+if args.signal:
+    signal.signal(getattr(signal, args.signal), signal.SIG_DFL)
+    os.kill(os.getpid(), getattr(signal, args.signal))
+print("Traceback (most recent call last): pretend", file=sys.stderr)
+sys.exit(args.exit if args.exit is not None else 1)
