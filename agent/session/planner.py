@@ -189,7 +189,8 @@ def _decide(state: Mapping, current: Mapping, boundary: str | None, bugs: frozen
         unresolved = [c for c in calls if c.status != "resolved"]
         if unresolved:
             # A `length` entry can never have a started tool, so every unresolved call is untouched.
-            return "P6.2", {"type": "appendSynthetic", "results": [_pre_execution(step, c, "truncated") for c in unresolved]}
+            results = [_pre_execution(step, c, "truncated") for c in unresolved]
+            return "P6.2", {"type": "appendSynthetic", "results": results}
         return "P6.3", {
             "type": "finish",
             "outcome": "completed",

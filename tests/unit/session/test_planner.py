@@ -110,7 +110,8 @@ def started(index: int, call_id: str, *, name: str = "read", status: str = "pend
 
 
 def run_state(transcript=None, *, step_state=None, tool_calls=(), abort=False, env="fixture") -> dict:
-    op = {"kind": "run", "operationId": OP, "inputEntryId": USER, "toolCalls": list(tool_calls), "abortRequested": abort}
+    op = {"kind": "run", "operationId": OP, "inputEntryId": USER, "toolCalls": list(tool_calls),
+          "abortRequested": abort}
     if step_state is not None:
         op["step"] = step_state
     return _state(transcript or [{"role": "user", "content": "inspect"}], op, env)
@@ -486,7 +487,7 @@ class TestP7UntouchedCalls:
             "toolName": "read", "arguments": {"path": "README.md", "n": [1, 2.5]}})
 
     def test_call_resolved_by_synthetic_is_skipped(self):
-        """(b) A call answered by a tool message after A (a pre-execution synthetic) is resolved: the next one starts."""
+        """(b) A call answered by a tool message after A (a pre-execution synthetic) is resolved; the next starts."""
         state = tool_use_state([call("c0", "missing", "{}"), call("c1")],
                                after=[tool_msg("c0", SYNTHETIC_CONTENT["unknownTool"])])
         assert decide(state)[1]["toolIndex"] == 1
@@ -582,7 +583,7 @@ class TestBugSwitches:
         assert decide(run_state(step_state=step("failed")), cur, bugs)[1] == BLOCKED["configuration_changed"]
 
     def test_replay_ignores_environment(self):
-        """replay-ignores-environment replays a safe read recorded under another environment; never tools still block."""
+        """replay-ignores-environment replays a safe read recorded elsewhere; a never tool still blocks."""
         bugs = frozenset({"replay-ignores-environment"})
         safe = tool_use_state([call("c0")], tool_calls=[started(0, "c0", environmentIdentity="old")])
         never = tool_use_state([call("c0", "bash", "{}")],
