@@ -461,6 +461,8 @@ class ChatClient:
         finally:
             self._sock = None
             conn.close()
+            if conn.sock is None and "sock" in locals():  # conn.close() only reached the wrapper (see close())
+                sock.close()
 
 
 def _arm(sock: socket.socket, deadline: float) -> None:
@@ -492,8 +494,15 @@ class _DeadlineSocket:
         self._sock = sock
         self._deadline = deadline
 
-    def __getattr__(self, name):  # close, fileno, setsockopt...: the real socket's
+    def __getattr__(self, name):  # fileno, setsockopt...: the real socket's
         return getattr(self._sock, name)
+
+    def close(self) -> None:
+        # http.client closes its socket as soon as it has read the headers of a "Connection: close" response,
+        # before the body is read. socket.makefile() defers the real close until the file is closed (_io_refs);
+        # our makefile() bypasses that, so a real close here would pull the fd from under the body read (EBADF,
+        # seen as a spurious connection_error). _post() closes the real socket itself when it is done.
+        pass
 
     def sendall(self, data) -> None:
         _arm(self._sock, self._deadline)

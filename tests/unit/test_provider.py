@@ -388,3 +388,36 @@ class TestOutcomeValues:
         assert Completion(message, "stop", usage).as_outcome() == materialize.assistant_answer(message, "stop", usage)
         assert LiveError("timeout", "slow", usage).as_outcome() == materialize.step_failure("timeout", "slow", usage)
         assert Summary("s", None).as_outcome() == materialize.compaction_summary("s", None)
+
+
+class TestHeadersThenBody:
+    def test_body_arriving_after_headers_is_read(self):
+        """A response whose body arrives after its headers (plain http.server) is read whole, every time."""
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                self.rfile.read(int(self.headers["Content-Length"]))
+                body = json.dumps(
+                    {"choices": [{"message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}]}
+                ).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()  # headers go out in their own write; the body follows in a second one
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            client = ChatClient(f"http://127.0.0.1:{server.server_address[1]}/v1", "k", timeout=5)
+            outcomes = [client.chat({"model": "m", "messages": [{"role": "user", "content": "x"}]}) for _ in range(60)]
+        finally:
+            server.shutdown()
+            server.server_close()
+        assert all(isinstance(o, Completion) for o in outcomes), [o for o in outcomes if not isinstance(o, Completion)][:1]
