@@ -1,0 +1,490 @@
+"""The live agent loop: plan, execute, repeat — one machine for live runs and for recovery (SPEC §15).
+
+What it is for. ``run``, ``resume``, ``abort`` and ``compact`` all come down to the same loop over the durable state:
+reduce (the store keeps the state current after every commit), ask ``plan_recovery`` for the next plan, execute it
+(``agent.recovery.Executor``), repeat until the operation is idle or the plan is ``blocked``. The only live-only
+actions are starting a new operation from idle — ``[user entry, runStarted]`` in one transaction (§15.3 step 1), or
+``compactionStarted`` (§15.3) — and the content of model answers and tool results. Because the loop literally calls
+the planner after every commit, a crash at any commit is followed by exactly the action the uncrashed agent would
+have taken (§15.1 "live and recovery are the same machine").
+
+Invariants it protects:
+
+- **Step budget, the one executor policy.** ``--max-steps N`` bounds the model steps of a run. The count comes from
+  the durable log (a crash does not reset it) and is checked only where the planner would start a new step (plan
+  ``startStep`` attempt 1 of a run, i.e. every call resolved): the loop then writes ``operationFinished(failed,
+  step_budget_exhausted)`` instead. This is the single documented exception to "the executor performs planner plans
+  and nothing else"; it never lives inside ``plan_recovery``.
+- **Abort (§15.5).** SIGINT/SIGTERM handlers only set the ``Interrupt`` flag and cancel in-flight I/O (close the
+  HTTP request, SIGKILL the bash tool's process group). Between actions the loop sees the flag, writes
+  ``abortRequested`` with the true phase (``tool`` + the pending call, ``compact`` for a compaction, else ``model``)
+  and then executes the planner's P1 plans (closeAttempt, appendSynthetic, finish aborted) until idle. Once
+  ``abortRequested`` is durable nothing live is written for the operation.
+- **Progress.** Every executed plan must commit at least one transaction unless an interrupt cut it short; otherwise
+  the loop stops with an internal error rather than spinning (a planner that repeats itself is a defect, §14.5).
+
+What it does not do: choose plans (planner), build facts (materialize), talk HTTP (provider), run tools (tools),
+or parse the command line (cli). ``execute_command`` is the glue between the CLI's arguments and these parts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from collections.abc import Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from agent import bugs as bug_switches
+from agent.errors import AgentError
+from agent.recovery import Executor, Interrupt, Model, PlanExecutionError
+from agent.session.planner import plan_recovery
+
+STEP_BUDGET_CODE = "step_budget_exhausted"
+_ABORT_PLANS = frozenset({"closeAttempt", "appendSynthetic", "finish"})
+
+
+class ConfigurationError(AgentError):
+    """The configuration flags or the workspace are unusable: a usage error (exit 2), nothing written."""
+
+    exit_code = 2
+
+
+@dataclass
+class Result:
+    """How a drive ended: ``status`` idle | blocked | interrupted; the last operation finished in this process."""
+
+    status: str
+    reason: str | None = None  # blocked reason
+    finished: dict | None = None  # the finish plan executed last (outcome, completion, error…)
+    finished_kind: str | None = None  # "run" | "compaction"
+    final_text: str | None = None  # content of the final assistant entry of a completed run
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Durable-log helpers that need more than the exported state
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def _committed_facts(path, length: int):
+    """Every fact of the committed region of a session file, in commit order (the file is valid: the store said so)."""
+    with open(path, "rb") as handle:
+        data = handle.read(length)
+    for raw in data.split(b"\n")[1:]:
+        if not raw:
+            continue
+        value = json.loads(raw)
+        yield from value if isinstance(value, list) else (value,)
+
+
+class StepCounter:
+    """Model steps per run, counted from the durable log: stepAttempt records with attempt 1 (retries do not count).
+
+    The file is scanned once, lazily, the first time a count is needed (only where a new step would start); after
+    that the executor reports its own commits through ``observe``.
+    """
+
+    def __init__(self, store):
+        self._store = store
+        self._counts: dict[str, int] | None = None
+
+    def count(self, operation_id: str) -> int:
+        if self._counts is None:
+            counts: dict[str, int] = {}
+            for fact in _committed_facts(self._store.path, self._store.state["repairedLength"]):
+                self._add(counts, fact)
+            self._counts = counts
+        return self._counts.get(operation_id, 0)
+
+    def observe(self, committed: list[dict]) -> None:
+        if self._counts is not None:  # before the first scan, the scan will see these facts in the file
+            for fact in committed:
+                self._add(self._counts, fact)
+
+    @staticmethod
+    def _add(counts: dict[str, int], fact: Mapping) -> None:
+        record = fact.get("record") if fact.get("kind") == "record" else None
+        if record and record.get("type") == "stepAttempt" and record.get("attempt") == 1:
+            counts[record["operationId"]] = counts.get(record["operationId"], 0) + 1
+
+
+def message_entries(store) -> list[tuple[str, dict]]:
+    """(fact id, message) of every message entry, in commit order — what compactionStarted partitions (§6.2)."""
+    entries = [
+        (fact["id"], fact["entry"]["message"])
+        for fact in _committed_facts(store.path, store.state["repairedLength"])
+        if fact.get("kind") == "entry" and fact["entry"].get("type") == "message"
+    ]
+    if len(entries) != len(store.state["transcript"]):  # the transcript holds exactly the message entries
+        raise PlanExecutionError("session file and in-memory state disagree on the message entries")
+    return entries
+
+
+def abort_phase(operation: Mapping) -> dict:
+    """The ``abortRequested`` phase members of §15.5 step 2 for the current ``operation``."""
+    if operation["kind"] == "compaction":
+        return {"phase": "compact"}
+    pending = [t for t in operation.get("toolCalls", ()) if t["status"] == "pending"]
+    if pending:
+        # A tool is executing, or a started tool is unresolved: its call (the lowest index when several).
+        return {"phase": "tool", "toolCallId": min(pending, key=lambda t: t["toolIndex"])["toolCallId"]}
+    return {"phase": "model"}
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The loop
+# ------------------------------------------------------------------------------------------------------------------
+
+
+class Loop:
+    """Drives one open session: ``drive`` (plan/execute until idle or blocked), ``start_run``, ``start_compaction``,
+    ``abort``. All writes go through ``executor.commit``."""
+
+    def __init__(self, store, executor: Executor, model: Model, *, interrupt: Interrupt, max_steps: int = 20,
+                 planner_bugs: frozenset[str] = frozenset(), note=None):
+        self.store = store
+        self.executor = executor
+        self.model = model
+        self.interrupt = interrupt
+        self.max_steps = max_steps
+        self.planner_bugs = planner_bugs
+        self.steps = StepCounter(store)
+        self.log_plans = False
+        self._note = note or (lambda text: None)
+        executor_hook = executor._on_commit
+
+        def observe(committed):
+            self.steps.observe(committed)
+            if executor_hook is not None:
+                executor_hook(committed)
+
+        executor._on_commit = observe
+
+    def plan(self) -> dict:
+        """The planner's next plan for the durable state (planner-level bug switches applied)."""
+        return plan_recovery(self.store.state, self.model.current, bugs=self.planner_bugs)
+
+    # -------------------------------------------------------------------------------------------- drive
+
+    def drive(self) -> Result:
+        """Plan and execute until idle, blocked, or an interrupt has been reconciled."""
+        finished: tuple[dict, str, str | None] | None = None
+        while True:
+            if self.interrupt.requested:
+                return self._interrupted(finished)
+            state = self.store.state
+            operation = state["operation"]
+            if operation["kind"] == "idle":
+                return self._result("idle", finished)
+            plan = self.plan()
+            if plan["type"] == "blocked":
+                return self._result("blocked", finished, reason=plan["reason"])
+            plan = self._budget(state, plan)
+            self._log(plan)
+            final_text = self._final_text(state, plan)
+            before = self.executor.commits
+            self.executor.execute(plan)
+            if plan["type"] == "finish":
+                finished = (plan, operation["kind"], final_text)
+            if self.executor.commits == before and not self.interrupt.requested:
+                raise PlanExecutionError(f"plan {plan['type']} appended nothing; refusing to repeat it")
+
+    def abort(self) -> Result:
+        """The ``abort`` command (§15.5): abortRequested (unless already durable), then P1 plans until idle."""
+        if self.store.state["operation"]["kind"] == "idle":
+            return Result("idle")
+        finished = self._reconcile_abort()
+        return self._result("idle", finished)
+
+    def _interrupted(self, finished) -> Result:
+        if self.store.state["operation"]["kind"] != "idle":
+            finished = self._reconcile_abort()
+        return self._result("interrupted", finished)
+
+    def _reconcile_abort(self):
+        operation = self.store.state["operation"]
+        if not operation["abortRequested"]:  # §15.5 step 1: a crash during an earlier abort skips to step 4
+            record = {"type": "abortRequested", "operationId": operation["operationId"],
+                      "operationKind": operation["kind"], **abort_phase(operation), "reason": "escape"}
+            self._log({"type": "abortRequested", **abort_phase(operation)})
+            self.executor.commit([{"kind": "record", "id": self.store.allocate_id(), "record": record}])
+        finished = None
+        while self.store.state["operation"]["kind"] != "idle":
+            kind = self.store.state["operation"]["kind"]
+            plan = self.plan()
+            # Under abort P1 yields only these three (§15.5 step 4); anything else would run live work after
+            # abortRequested, so it is refused rather than executed.
+            if plan["type"] not in _ABORT_PLANS:
+                raise PlanExecutionError(f"planner returned {plan['type']} for an aborted operation")
+            self._log(plan)
+            before = self.executor.commits
+            self.executor.execute(plan)
+            if self.executor.commits == before:
+                raise PlanExecutionError(f"plan {plan['type']} appended nothing during abort")
+            if plan["type"] == "finish":
+                finished = (plan, kind, None)
+        return finished
+
+    def _budget(self, state, plan: dict) -> dict:
+        # The executor policy of issue [2/7]: checked only where the planner starts a new step of a run.
+        if plan["type"] != "startStep" or plan["attempt"] != 1 or plan["stepKind"] != "assistant":
+            return plan
+        used = self.steps.count(state["operation"]["operationId"])
+        if used < self.max_steps:
+            return plan
+        return {"type": "finish", "outcome": "failed",
+                "error": {"code": STEP_BUDGET_CODE,
+                          "message": f"the run used its budget of {self.max_steps} model steps"}}
+
+    @staticmethod
+    def _final_text(state, plan: dict) -> str | None:
+        if plan["type"] == "finish" and plan.get("outcome") == "completed" and "completion" in plan:
+            # The final entry is A, the last assistant message (§14.3): its content is the run's answer.
+            for message in reversed(state["transcript"]):
+                if message["role"] == "assistant":
+                    return message.get("content") or ""
+        return None
+
+    def _result(self, status: str, finished, reason: str | None = None) -> Result:
+        if finished is None:
+            return Result(status, reason)
+        plan, kind, text = finished
+        return Result(status, reason, plan, kind, text)
+
+    def _log(self, plan: dict) -> None:
+        if self.log_plans:
+            self._note("plan " + json.dumps(plan, ensure_ascii=False, separators=(",", ":")))
+
+    # -------------------------------------------------------------------------------------------- new operations
+
+    def start_run(self, prompt: str) -> None:
+        """§15.3 step 1: ``[user entry, runStarted]`` as one transaction, from idle only, before anything else."""
+        user_id = self.store.allocate_id()
+        self.executor.commit([
+            {"kind": "entry", "id": user_id,
+             "entry": {"type": "message", "message": {"role": "user", "content": prompt}}},
+            {"kind": "record", "id": self.store.allocate_id(),
+             "record": {"type": "runStarted", "operationId": self.store.allocate_id(), "operationKind": "run",
+                        "inputEntryId": user_id}},
+        ])
+
+    def start_compaction(self) -> bool:
+        """§15.3 compaction from idle: compactionStarted retaining at least the latest user turn; False if nothing
+        would be compacted (then no operation is started)."""
+        from agent.session.digests import source_digest
+
+        entries = message_entries(self.store)
+        last_user = max((i for i, (_, message) in enumerate(entries) if message["role"] == "user"), default=None)
+        if last_user is None or last_user == 0:
+            return False
+        ids = [entry_id for entry_id, _ in entries]
+        record = {
+            "type": "compactionStarted",
+            "operationId": self.store.allocate_id(),
+            "operationKind": "compaction",
+            "inputThroughEntryId": ids[-1],
+            "resultEntryId": self.store.allocate_id(),
+            "compactedEntryIds": ids[:last_user],
+            # The retained tail starts at a user message, so it is a legal transcript on its own (§5.7 step 11).
+            "retainedEntryIds": ids[last_user:],
+            "sourceDigest": source_digest([{"sourceEntryId": i, "message": m} for i, m in entries]),
+        }
+        self.executor.commit([{"kind": "record", "id": self.store.allocate_id(), "record": record}])
+        return True
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Command glue: arguments -> store + configuration + executor -> loop -> exit status
+# ------------------------------------------------------------------------------------------------------------------
+
+
+@contextmanager
+def _signal_handlers(interrupt: Interrupt):
+    """SIGINT/SIGTERM only set the flag (and cancel in-flight I/O); the loop acts on it between actions."""
+
+    def handler(signum, frame):  # noqa: ARG001 - signal API
+        interrupt.request(signum)
+
+    previous = {}
+    for number in (signal.SIGINT, signal.SIGTERM):
+        try:
+            previous[number] = signal.signal(number, handler)
+        except ValueError:  # not the main thread (embedding); signals then stay with the host
+            pass
+    try:
+        yield
+    finally:
+        for number, old in previous.items():
+            signal.signal(number, old)
+
+
+def _note(text: str) -> None:
+    sys.stderr.write(f"agent: {text}\n")
+    sys.stderr.flush()
+
+
+def _stdout(text: str) -> None:
+    sys.stdout.flush()
+    sys.stdout.buffer.write(text.encode("utf-8", "replace") + b"\n")
+    sys.stdout.buffer.flush()
+
+
+def _load_config(args, environ, *, workspace, model_default=None, provider=None):
+    from agent import config as agent_config
+
+    try:
+        return agent_config.load_config(
+            workspace=workspace,
+            model=args.model if args.model is not None else model_default,
+            base_url=args.base_url,
+            provider=provider,
+            tools=args.tools,
+            replay=args.replay,
+            environment_identity=args.environment_identity,
+            request_timeout=args.request_timeout,
+            max_steps=args.max_steps,
+            environ=environ,
+        )
+    except agent_config.ConfigError as exc:
+        raise ConfigurationError(str(exc)) from None
+
+
+def _open_store(args, environ, bugs: frozenset[str], hook):
+    """Open (or create) the session; returns (store, config). Nothing is written here but a new header."""
+    from agent.cli import check_input_file
+    from agent.session.errors import SessionFileError
+    from agent.session.store import SessionStore
+
+    if args.command == "run" and args.session_dir is not None:
+        if args.workspace is None:
+            raise ConfigurationError("run --session-dir needs --workspace DIR")
+        if not args.prompt:
+            raise ConfigurationError("PROMPT must not be empty")
+        config = _load_config(args, environ, workspace=args.workspace)
+        try:
+            store = SessionStore.create(args.session_dir, cwd=config.workspace, provider=config.provider,
+                                        model=config.model, environment_identity=config.environment_identity,
+                                        hook=hook)
+        except (SessionFileError, OSError) as exc:
+            raise ConfigurationError(f"cannot create a session in {args.session_dir}: {exc}") from None
+        return store, config
+
+    path = args.session if args.command == "run" else args.file
+    if args.command == "run" and not args.prompt:
+        raise ConfigurationError("PROMPT must not be empty")
+    check_input_file(path)  # missing / directory / not regular: exit 2 before anything is opened
+    if os.path.islink(path):
+        raise ConfigurationError(f"{path}: is a symbolic link; refusing to follow it")
+    # no-torn-tail-repair (BUG switch): open without truncating a torn tail, so the next line is appended after it.
+    store = SessionStore.open(path, hook=hook, repair="no-torn-tail-repair" not in bugs)
+    try:
+        header = store.state["header"]
+        # The session's own model and provider are the defaults: `resume FILE` continues the configuration the
+        # session was created with unless a flag changes it (a supervisor changes it across a restart on purpose).
+        config = _load_config(args, environ, workspace=args.workspace or header["cwd"],
+                              model_default=header["model"], provider=header["provider"])
+    except BaseException:
+        store.close()
+        raise
+    return store, config
+
+
+def _exit_status(command: str, result: Result) -> int:
+    from agent import cli
+
+    if result.status == "blocked":
+        # §15.2: blocked appends nothing; the reason goes to stdout for the supervisor / user.
+        _stdout(json.dumps({"blocked": result.reason}))
+        return cli.EXIT_BLOCKED
+    if result.status == "interrupted":
+        return cli.EXIT_INTERRUPTED
+    plan = result.finished
+    if plan is None:
+        return cli.EXIT_OK
+    if plan["outcome"] == "completed":
+        if result.final_text is not None:
+            _stdout(result.final_text)
+        return cli.EXIT_OK
+    if plan["outcome"] == "failed":
+        error = plan["error"]
+        _note(f"{result.finished_kind or 'operation'} failed: {error['code']}: {error['message']}")
+        return cli.EXIT_FAILED
+    # aborted: the goal of `abort`; for any other command the operation was interrupted (now reconciled).
+    return cli.EXIT_OK if command == "abort" else cli.EXIT_INTERRUPTED
+
+
+def execute_command(args, environ: Mapping[str, str]) -> int:
+    """``run`` / ``resume`` / ``abort`` / ``compact``: returns the exit status (raises AgentError subclasses)."""
+    from agent import config as agent_config
+    from agent.checkpoints import CheckpointChannel
+
+    bugs = bug_switches.from_environ(environ)
+    interrupt = Interrupt()
+    channel = CheckpointChannel.from_environ(environ)
+    with _signal_handlers(interrupt):
+        store, config = _open_store(args, environ, bugs, channel.hook if channel else None)
+        try:
+            if channel is not None:
+                # After creating/opening the file (header and repair are not barriers), before the first commit.
+                channel.open(pid=os.getpid(), session=str(store.path))
+            if args.command == "run":
+                _note(f"session {store.path}")
+            client = agent_config.make_client(config)
+            runner = agent_config.make_runner(config, environ=dict(environ))
+            interrupt.on_request(client.cancel)
+            interrupt.on_request(runner.abort)
+            model = Model(
+                current=agent_config.current_configuration(config),
+                request_body=lambda messages: agent_config.request_body(config, messages),
+                model=config.model,
+            )
+            executor = Executor(store, model, client, runner, interrupt=interrupt, bugs=bugs)
+            loop = Loop(store, executor, model, interrupt=interrupt, max_steps=config.max_steps,
+                        planner_bugs=bugs & bug_switches.PLANNER_BUGS, note=_note)
+            status = _command(args, loop)
+            usage = store.state["usage"]
+            _note("usage (session totals from the log): " + " ".join(f"{k}={usage[k]}" for k in usage))
+            return status
+        finally:
+            store.close()
+            if channel is not None:
+                channel.close()
+
+
+def _command(args, loop: Loop) -> int:
+    command = args.command
+    if command == "abort":
+        loop.log_plans = True
+        result = loop.abort()
+        if result.finished is None:
+            _note("nothing to abort: the session is idle")
+        return _exit_status(command, result)
+
+    if command == "run" and args.session_dir is not None:
+        result = None
+    else:
+        # resume, compact, run --session: recover to idle first (§15.6), one stderr line per plan.
+        loop.log_plans = True
+        result = loop.drive()
+        loop.log_plans = False
+        if command == "resume" or result.status != "idle":
+            return _exit_status(command, result)
+    if loop.interrupt.requested:
+        return _exit_status(command, Result("interrupted"))
+
+    if command == "compact":
+        if not loop.start_compaction():
+            _note("nothing to compact: the history holds no more than the latest user turn")
+            return _exit_status(command, Result("idle"))
+    else:
+        loop.start_run(_sanitize(args.prompt))
+    return _exit_status(command, loop.drive())
+
+
+def _sanitize(text: str) -> str:
+    # §13.3 step 3: argv may carry lone surrogates (undecodable bytes under surrogateescape); facts may not.
+    from agent.provider import sanitize_text
+
+    return sanitize_text(text)
