@@ -72,36 +72,38 @@ def _committed_facts(path, length: int):
     """Every fact of the committed region of a session file, in commit order (the file is valid: the store said so)."""
     with open(path, "rb") as handle:
         data = handle.read(length)
-    for raw in data.split(b"\n")[1:]:
+    for number, raw in enumerate(data.split(b"\n")[1:], start=2):
         if not raw:
             continue
-        value = json.loads(raw)
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            # Only possible if the file changed behind the store (or a writer appended after a torn tail).
+            raise PlanExecutionError(f"{path}: line {number} is not what the store committed") from None
         yield from value if isinstance(value, list) else (value,)
 
 
 class StepCounter:
     """Model steps per run, counted from the durable log: stepAttempt records with attempt 1 (retries do not count).
 
-    The file is scanned once, lazily, the first time a count is needed (only where a new step would start); after
-    that the executor reports its own commits through ``observe``.
+    Only a run that is unfinished when the session is opened has steps from before this process: they are counted
+    by one scan of the committed bytes, made before this process commits anything (so the scan reads exactly what
+    the store reduced). Every later step is reported by the executor through ``observe``.
     """
 
     def __init__(self, store):
-        self._store = store
-        self._counts: dict[str, int] | None = None
+        self._counts: dict[str, int] = {}
+        operation = store.state["operation"]
+        if operation["kind"] == "run":
+            for fact in _committed_facts(store.path, store.state["repairedLength"]):
+                self._add(self._counts, fact)
 
     def count(self, operation_id: str) -> int:
-        if self._counts is None:
-            counts: dict[str, int] = {}
-            for fact in _committed_facts(self._store.path, self._store.state["repairedLength"]):
-                self._add(counts, fact)
-            self._counts = counts
         return self._counts.get(operation_id, 0)
 
     def observe(self, committed: list[dict]) -> None:
-        if self._counts is not None:  # before the first scan, the scan will see these facts in the file
-            for fact in committed:
-                self._add(self._counts, fact)
+        for fact in committed:
+            self._add(self._counts, fact)
 
     @staticmethod
     def _add(counts: dict[str, int], fact: Mapping) -> None:
