@@ -316,6 +316,9 @@ def main(argv: list[str] | None = None, environ: Mapping[str, str] | None = None
     except UsageError as exc:
         _note(str(exc))
         return EXIT_USAGE
+    except KeyboardInterrupt:
+        # SIGINT before the loop's handlers are installed (or in reduce/plan): nothing was written.
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         # `python -m agent reduce big.jsonl | head`: the reader left; nothing useful remains to report, and the
         # interpreter must not try to flush into the closed pipe again at exit.
@@ -325,6 +328,11 @@ def main(argv: list[str] | None = None, environ: Mapping[str, str] | None = None
         code, message = describe_error(exc)
         _note(message)
         return code
+    except OSError as exc:
+        # An I/O failure outside the store's own error handling (reading the session, the disk going away):
+        # report it in one line; the durable log is whatever was acknowledged before.
+        _note(f"I/O error: {exc}")
+        return EXIT_IO
 
 
 def describe_error(exc: AgentError) -> tuple[int, str]:

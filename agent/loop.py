@@ -174,12 +174,13 @@ class Loop:
         """Plan and execute until idle, blocked, or an interrupt has been reconciled."""
         finished: tuple[dict, str, str | None] | None = None
         while True:
-            if self.interrupt.requested:
-                return self._interrupted(finished)
             state = self.store.state
             operation = state["operation"]
             if operation["kind"] == "idle":
+                # Checked before the interrupt: a signal that lands after the terminal record changes nothing.
                 return self._result("idle", finished)
+            if self.interrupt.requested:
+                return self._interrupted(finished)
             plan = self.plan()
             if plan["type"] == "blocked":
                 return self._result("blocked", finished, reason=plan["reason"])
@@ -201,9 +202,7 @@ class Loop:
         return self._result("idle", finished)
 
     def _interrupted(self, finished) -> Result:
-        if self.store.state["operation"]["kind"] != "idle":
-            finished = self._reconcile_abort()
-        return self._result("interrupted", finished)
+        return self._result("interrupted", self._reconcile_abort())
 
     def _reconcile_abort(self):
         operation = self.store.state["operation"]
@@ -430,9 +429,9 @@ def execute_command(args, environ: Mapping[str, str]) -> int:
         try:
             if channel is not None:
                 # After creating/opening the file (header and repair are not barriers), before the first commit.
-                channel.open(pid=os.getpid(), session=str(store.path))
+                channel.open(pid=os.getpid(), session=os.path.abspath(store.path))
             if args.command == "run":
-                _note(f"session {store.path}")
+                _note(f"session {os.path.abspath(store.path)}")
             client = agent_config.make_client(config)
             runner = agent_config.make_runner(config, environ=dict(environ))
             interrupt.on_request(client.cancel)
