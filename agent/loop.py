@@ -209,7 +209,8 @@ class Loop:
         if not operation["abortRequested"]:  # §15.5 step 1: a crash during an earlier abort skips to step 4
             record = {"type": "abortRequested", "operationId": operation["operationId"],
                       "operationKind": operation["kind"], **abort_phase(operation), "reason": "escape"}
-            self._log({"type": "abortRequested", **abort_phase(operation)})
+            if self.log_plans:  # not a planner plan: the loop's own §15.5 step 2
+                self._note("abort " + json.dumps(abort_phase(operation), separators=(",", ":")))
             self.executor.commit([{"kind": "record", "id": self.store.allocate_id(), "record": record}])
         finished = None
         while self.store.state["operation"]["kind"] != "idle":

@@ -246,6 +246,25 @@ class TestAbortPlans:
 
 
 class TestCompactionRecovery:
+    def test_abort_of_a_compaction(self, agent, stub):
+        """`abort` on a crashed compaction writes phase compact, closes the attempt and finishes aborted."""
+        from tests.openai_stub import is_summary_request
+
+        script(stub, lambda r: completion("SUM") if is_summary_request(r) else completion("answer"))
+        first = agent.run("one")
+        agent.again(first.path, "two")
+        agent.command("compact", first.path)
+        cut = crash(agent, first.path, lambda n: n == ("stepAttempt",), occurrence=3)
+        result = agent.command("abort", cut)
+        assert result.status == 0
+        assert records(cut, "abortRequested")[0]["phase"] == "compact"
+        assert 'agent: abort {"phase":"compact"}' in result.err
+        assert [p["type"] for p in plans(result.err)] == ["closeAttempt", "finish"]
+        state = state_of(cut)
+        assert state["operation"] == {"kind": "idle"}
+        assert state["activeContext"] == state["transcript"]  # the compaction never happened
+
+
     @pytest.mark.parametrize("cut_at,plan_types", [
         (("compactionStarted",), ["startStep", "finish"]),
         (("stepAttempt",), ["startStep", "finish"]),  # the summary attempt is retried (attempt 2)

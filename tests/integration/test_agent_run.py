@@ -262,6 +262,28 @@ class TestFullRun:
         assert result.status == 4 and code in result.err
         assert records(result.path, "operationFinished")[0]["error"]["code"] == code
 
+    def test_workspace_confinement(self, agent, stub):
+        """Paths leaving the workspace (../, absolute, symlink escape) are error results and touch nothing."""
+        outside = agent.tmp / "outside.txt"
+        outside.write_text("secret\n")
+        (agent.workspace / "link").symlink_to(agent.tmp)
+        script(stub, [
+            completion(tool_calls=[
+                tool_call("a", "read", {"path": "../outside.txt"}),
+                tool_call("b", "read", {"path": str(outside)}),
+                tool_call("c", "read", {"path": "link/outside.txt"}),
+                tool_call("d", "write", {"path": "link/outside.txt", "content": "pwned"}),
+            ]),
+            completion("refused"),
+        ])
+        result = agent.run("escape")
+        assert result.status == 0
+        entries = [f["entry"] for t in transactions(result.path) for f in t
+                   if f["kind"] == "entry" and f["entry"].get("toolName")]
+        assert [e["result"]["type"] for e in entries] == ["error"] * 4
+        assert all("secret" not in e["message"]["content"] for e in entries)
+        assert outside.read_text() == "secret\n"
+
     def test_provider_text_is_sanitized(self, agent, stub):
         """A lone surrogate escape from the provider is stored as U+FFFD instead of being rejected."""
         script(stub, [Reply(200, b'{"choices":[{"message":{"role":"assistant","content":"bad \\ud800 text"},'
