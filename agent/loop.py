@@ -155,14 +155,7 @@ class Loop:
         self.steps = StepCounter(store)
         self.log_plans = False
         self._note = note or (lambda text: None)
-        executor_hook = executor._on_commit
-
-        def observe(committed):
-            self.steps.observe(committed)
-            if executor_hook is not None:
-                executor_hook(committed)
-
-        executor._on_commit = observe
+        executor.observers.append(self.steps.observe)
 
     def plan(self) -> dict:
         """The planner's next plan for the durable state (planner-level bug switches applied)."""

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 from agent.errors import AgentError
 from agent.session.errors import CorruptionError, StoreError
+from agent.session.store import fact_name
 from agent.session.materialize import (
     MaterializeError,
     assistant_answer,
@@ -54,7 +55,7 @@ class RejectedTransactionError(AgentError):
 
     def __init__(self, error: CorruptionError, facts: list[dict]):
         self.error = error
-        names = ",".join(_fact_label(f) for f in facts)
+        names = ",".join(fact_name(f) if isinstance(f, dict) else "?" for f in facts)
         where = f"code {error.code}, line {error.line}" + (f", seq {error.seq}" if error.seq is not None else "")
         super().__init__(f"the store rejected our own transaction [{names}]: {where}")
 
@@ -69,15 +70,6 @@ class PlanExecutionError(AgentError):
     """A plan could not be turned into facts (materialisation refused it): a defect, exit 70."""
 
     exit_code = 70
-
-
-def _fact_label(fact: Mapping) -> str:
-    if fact.get("kind") == "record":
-        return str(fact.get("record", {}).get("type"))
-    if fact.get("kind") == "entry":
-        entry = fact.get("entry", {})
-        return str(entry.get("type") if entry.get("type") != "message" else entry.get("message", {}).get("role"))
-    return str(fact.get("kind"))
 
 
 @dataclass
@@ -139,10 +131,11 @@ def find_compaction_started(store, operation_id: str) -> dict:
 
 
 class Executor:
-    """Executes plans for one open store; ``commits`` counts the transactions it committed (progress check)."""
+    """Executes plans for one open store; ``commits`` counts the transactions it committed (the loop's progress
+    check) and ``observers`` see every committed transaction."""
 
     def __init__(self, store, model: Model, provider, tools, *, interrupt: Interrupt,
-                 bugs: frozenset[str] = frozenset(), on_commit: Callable[[list[dict]], None] | None = None):
+                 bugs: frozenset[str] = frozenset()):
         self.store = store
         self.model = model
         self.provider = provider
@@ -150,7 +143,8 @@ class Executor:
         self.interrupt = interrupt
         self.bugs = bugs
         self.commits = 0
-        self._on_commit = on_commit
+        # Called with every committed transaction (the loop's step counter listens here).
+        self.observers: list[Callable[[list[dict]], None]] = []
         self._compaction: dict | None = None
 
     # ------------------------------------------------------------------------------------------------ commits
@@ -166,8 +160,8 @@ class Executor:
         except (OSError, StoreError) as exc:
             raise SessionWriteError(f"writing the session failed: {exc}") from None
         self.commits += 1
-        if self._on_commit is not None:
-            self._on_commit(committed)
+        for observe in self.observers:
+            observe(committed)
         return committed
 
     def _transactions(self, plan: Mapping) -> list[list[dict]]:

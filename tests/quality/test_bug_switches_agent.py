@@ -77,7 +77,7 @@ def test_pre_exec_synthetic_repeat(agent, stub):
     script(stub, [completion("ok")])
     assert agent.command("resume", good).status == 0
     result = agent.command("resume", bad, env={"AGENT_BUGS": "pre-exec-synthetic-repeat"})
-    assert result.status == 70 and "[tool]" in result.err and "INVALID_TRANSITION" in result.err
+    assert result.status == 70 and "[synthetic]" in result.err and "INVALID_TRANSITION" in result.err
 
 
 @covers("replay-never-tools")
