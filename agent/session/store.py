@@ -181,6 +181,8 @@ def _ensure_dir(directory: pathlib.Path) -> None:
             os.mkdir(new, 0o700)
         except FileExistsError:
             continue  # another process created it between our check and mkdir: fine, it is a directory now
+        except OSError as exc:
+            raise SessionFileError(f"{new}: cannot create the sessions directory: {exc.strerror}") from exc
         # mkdir's mode is filtered by the umask; chmod states the mode exactly, as fchmod does for the file.
         os.chmod(new, 0o700)
         _fsync_dir(new.parent)
@@ -399,6 +401,8 @@ class SessionStore:
                 self._committing = False
 
     def _commit(self, facts: list[dict]) -> list[dict]:
+        if not isinstance(facts, (list, tuple)):
+            raise TypeError(f"commit() takes a list of facts, not {type(facts).__name__}")
         reducer = self.reducer
         seq_first = reducer.next_seq
         line = reducer.next_line
