@@ -1,0 +1,179 @@
+"""Campaign reports: what a report is about (``CampaignReport`` of ``CaseReport``s) and ``write_reports``.
+
+A report folder ``reports/<campaign>/`` holds three renderings of the same data, each in its own module:
+
+- ``summary.json`` (``chaos.report.summary``): machine-readable totals, failures by invariant, coverage, versions;
+- ``junit.xml`` (``chaos.report.junit``): one testcase per scenario × schedule, for CI dashboards;
+- ``index.html`` (``chaos.report.html``): a self-contained page for a person, with a timeline per failure.
+
+The data classes here are a *view* of a finished campaign, decoupled from how the campaign engine stores its
+journal and from the oracle's objects: adapters (``from_journal``-style functions in the engine's terms) fill them,
+and every renderer is a pure function of them. ``CaseReport.run`` is the supervisor's ``CaseRun.to_json()`` (kept
+as plain JSON so a report can be re-rendered from a journal without re-running anything); ``plans`` are the
+recovery plans the agent printed on each restart, extracted by the adapter because reading stderr files is I/O.
+
+Invariant protected: a case's status is one of ``STATUSES`` and a failing case names at least one invariant — a
+report never shows "failed" without saying which check failed and on what evidence.
+
+Not here: running cases, judging them (``chaos.oracle``), shrinking, or writing repro bundles (``chaos.bundle``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# How a case ended, from the report's point of view.
+PASS = "pass"  # every invariant held
+FAIL = "fail"  # an invariant failed, and failed again on the re-run
+FLAKY = "flaky"  # an invariant failed once but held on the re-run: reported separately, not as a failure
+NOT_REACHED = "not-reached"  # the schedule's kill point was never reached (coverage, not a pass)
+ERROR = "error"  # the harness could not run the case at all (launch error, bad scenario)
+STATUSES = (PASS, FAIL, FLAKY, NOT_REACHED, ERROR)
+
+
+@dataclass
+class InvariantFailure:
+    """One invariant that did not hold, with its evidence (any JSON value: line, effect, request...)."""
+
+    invariant: str
+    message: str
+    evidence: Any = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"invariant": self.invariant, "message": self.message, "evidence": self.evidence}
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> InvariantFailure:
+        return cls(str(value.get("invariant", "?")), str(value.get("message", "")), value.get("evidence"))
+
+
+@dataclass
+class CaseReport:
+    """One finished case: ``<scenario>::<schedule>`` with its status, failures, and what the supervisor saw."""
+
+    id: str
+    scenario: str
+    schedule: list[str]
+    status: str
+    failures: list[InvariantFailure] = field(default_factory=list)
+    duration: float = 0.0
+    verdict: str = ""  # the supervisor's verdict (exit:0, hang, crash, ...)
+    detail: str = ""
+    run: dict[str, Any] | None = None  # CaseRun.to_json()
+    plans: list[dict[str, Any]] = field(default_factory=list)  # {"launch": i, "plan": {...}} in printed order
+    rules: list[str] = field(default_factory=list)  # planner rules (SPEC §14.4 ids) reached on restarts
+    minimal: list[str] | None = None  # the shrunk schedule, when shrinking ran
+    bundle: str | None = None  # repro bundle folder, relative to the report folder
+    repro: str | None = None  # the one command that reproduces this case
+    tags: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"case {self.id}: status {self.status!r} is not one of {', '.join(STATUSES)}")
+        if self.status in (FAIL, FLAKY) and not self.failures:
+            raise ValueError(f"case {self.id}: a {self.status} case must name the invariant that failed")
+
+    @property
+    def invariants(self) -> list[str]:
+        """The failing invariants' names, in order, without repeats."""
+        return list(dict.fromkeys(f.invariant for f in self.failures))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "scenario": self.scenario,
+            "schedule": list(self.schedule),
+            "status": self.status,
+            "failures": [f.to_json() for f in self.failures],
+            "duration": self.duration,
+            "verdict": self.verdict,
+            "detail": self.detail,
+            "run": self.run,
+            "plans": self.plans,
+            "rules": self.rules,
+            "minimal": self.minimal,
+            "bundle": self.bundle,
+            "repro": self.repro,
+            "tags": self.tags,
+        }
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> CaseReport:
+        data = dict(value)
+        data["failures"] = [InvariantFailure.from_json(f) for f in data.get("failures") or []]
+        known = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass
+class CampaignReport:
+    """A finished (or interrupted) campaign: its identity, how it was started, and its cases."""
+
+    name: str
+    cases: list[CaseReport] = field(default_factory=list)
+    mode: str = "exhaustive"
+    seed: int | None = None
+    command: list[str] = field(default_factory=list)  # the campaign command line, argv form
+    agent_bugs: list[str] = field(default_factory=list)
+    started: str = ""  # ISO 8601, UTC
+    duration: float = 0.0  # wall clock of the campaign (not the sum of case durations: workers run in parallel)
+    versions: dict[str, Any] = field(default_factory=dict)
+    coverage: dict[str, Any] | None = None  # as computed by the campaign engine; derived from cases when None
+    shards: list[str] = field(default_factory=list)  # for a merged report: the shard folders it joins
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "mode": self.mode,
+            "seed": self.seed,
+            "command": self.command,
+            "agent_bugs": self.agent_bugs,
+            "started": self.started,
+            "duration": self.duration,
+            "versions": self.versions,
+            "coverage": self.coverage,
+            "shards": self.shards,
+            "cases": [c.to_json() for c in self.cases],
+        }
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> CampaignReport:
+        data = dict(value)
+        data["cases"] = [CaseReport.from_json(c) for c in data.get("cases") or []]
+        known = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+REPORT_DATA = "report.json"  # the CampaignReport behind the three renderings, so `chaos report render` can redo them
+
+
+def write_reports(report: CampaignReport, out_dir: str | Path) -> dict[str, Path]:
+    """Write ``summary.json``, ``junit.xml``, ``index.html`` (and ``report.json``) into ``out_dir``; return the paths.
+
+    Each file is written to a temporary name and renamed, so a reader (a CI job collecting artifacts while a
+    campaign is re-rendered) never sees half a file.
+    """
+    from chaos.report.html import render_html
+    from chaos.report.junit import junit_xml
+    from chaos.report.summary import summarize
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    summary = summarize(report)
+    paths = {
+        "summary": _atomic_write(out / "summary.json", json.dumps(summary, indent=2, ensure_ascii=False) + "\n"),
+        "junit": _atomic_write(out / "junit.xml", junit_xml(report)),
+        "html": _atomic_write(out / "index.html", render_html(report, summary)),
+        "data": _atomic_write(out / REPORT_DATA, json.dumps(report.to_json(), ensure_ascii=False) + "\n"),
+    }
+    return paths
+
+
+def _atomic_write(path: Path, text: str) -> Path:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+    return path

@@ -1,0 +1,102 @@
+"""``junit.xml``: one testcase per scenario × schedule, so CI dashboards show campaign cases like tests.
+
+Mapping: one ``<testsuite>`` per scenario; a ``<testcase classname="killpoint.<scenario>" name="<schedule>">``
+per case (the baseline is named ``baseline``). A failing case carries one ``<failure>`` whose ``type`` is the first
+failing invariant, whose ``message`` names every failing invariant, and whose text gives each invariant's message
+and evidence (JSON) plus the repro command; ``error`` cases carry ``<error>`` with the supervisor's verdict;
+``not-reached`` cases are ``<skipped>`` (the kill point never fired: not a pass); flaky cases pass, marked with a
+``flaky`` property and the failure that did not reproduce in ``<system-out>``.
+
+Invariant protected: the file is well-formed XML 1.0 whatever the evidence contains (agent stderr may hold NUL or
+other control characters, which XML 1.0 cannot represent and ElementTree would write out verbatim).
+
+Pure: ``junit_xml(report)`` returns the text. Not here: deciding statuses.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import xml.etree.ElementTree as ET
+
+from chaos.report import ERROR, FAIL, FLAKY, NOT_REACHED, CampaignReport, CaseReport
+
+# XML 1.0 Char production: tab, LF, CR, and U+0020.. except surrogates and U+FFFE/U+FFFF.
+_NOT_XML_CHAR = re.compile("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def _clean(text: object) -> str:
+    return _NOT_XML_CHAR.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
+
+
+def case_name(case: CaseReport) -> str:
+    """The testcase name: the schedule (``FAULT+FAULT``), or ``baseline`` for the crash-free run."""
+    return "+".join(case.schedule) if case.schedule else "baseline"
+
+
+def failure_text(case: CaseReport) -> str:
+    """The body of a failure: each invariant with its message and evidence, then how to reproduce it."""
+    parts = []
+    for failure in case.failures:
+        parts.append(f"{failure.invariant}: {failure.message}")
+        if failure.evidence is not None:
+            parts.append("evidence: " + json.dumps(failure.evidence, indent=2, ensure_ascii=False, default=str))
+    if case.minimal and case.minimal != case.schedule:
+        parts.append("minimal schedule: " + "+".join(case.minimal))
+    if case.verdict:
+        parts.append(f"supervisor verdict: {case.verdict}" + (f" ({case.detail})" if case.detail else ""))
+    if case.repro:
+        parts.append(f"reproduce: {case.repro}")
+    return "\n".join(parts)
+
+
+def junit_xml(report: CampaignReport) -> str:
+    """The ``junit.xml`` text for ``report``. Pure."""
+    by_scenario: dict[str, list[CaseReport]] = {}
+    for case in report.cases:
+        by_scenario.setdefault(case.scenario, []).append(case)
+
+    root = ET.Element("testsuites", name=_clean(f"killpoint {report.name}"))
+    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    for scenario, cases in by_scenario.items():
+        suite = ET.SubElement(root, "testsuite", name=_clean(scenario))
+        props = ET.SubElement(suite, "properties")
+        for name, value in (("campaign", report.name), ("mode", report.mode), ("seed", report.seed),
+                            ("agent_bugs", ",".join(report.agent_bugs)), ("command", " ".join(report.command))):
+            if value not in (None, ""):
+                ET.SubElement(props, "property", name=name, value=_clean(value))
+        counts = {"tests": len(cases), "failures": 0, "errors": 0, "skipped": 0}
+        for case in cases:
+            tc = ET.SubElement(suite, "testcase", classname=_clean(f"killpoint.{scenario}"),
+                               name=_clean(case_name(case)), time=f"{case.duration:.3f}")
+            if case.status == FAIL:
+                counts["failures"] += 1
+                ET.SubElement(tc, "failure", type=_clean(case.invariants[0]),
+                              message=_clean(", ".join(case.invariants) + " failed: " + case.failures[0].message)
+                              ).text = _clean(failure_text(case))
+            elif case.status == ERROR:
+                counts["errors"] += 1
+                ET.SubElement(tc, "error", type=_clean(case.verdict or "error"),
+                              message=_clean(case.detail or case.verdict or "the case could not run")
+                              ).text = _clean(failure_text(case))
+            elif case.status == NOT_REACHED:
+                counts["skipped"] += 1
+                ET.SubElement(tc, "skipped", message=_clean(
+                    f"kill-point-not-reached: {case.detail or '+'.join(case.schedule)} (coverage gap, not a pass)"))
+            elif case.status == FLAKY:
+                tp = ET.SubElement(tc, "properties")
+                ET.SubElement(tp, "property", name="flaky", value=_clean(", ".join(case.invariants)))
+                ET.SubElement(tc, "system-out").text = _clean(
+                    "FLAKY: failed once, held on the re-run\n" + failure_text(case))
+        suite.set("tests", str(counts["tests"]))
+        suite.set("failures", str(counts["failures"]))
+        suite.set("errors", str(counts["errors"]))
+        suite.set("skipped", str(counts["skipped"]))
+        suite.set("time", f"{sum(c.duration for c in cases):.3f}")
+        for key in totals:
+            totals[key] += counts[key]
+    for key, value in totals.items():
+        root.set(key, str(value))
+    root.set("time", f"{report.duration:.3f}")
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

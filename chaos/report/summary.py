@@ -1,0 +1,207 @@
+"""``summary.json``: the machine-readable totals of one campaign, and the provenance facts every report carries.
+
+Fields (``SUMMARY_FORMAT``): the campaign's identity (name, mode, seed, command line, agent bugs, start time,
+duration, cases/s, versions), case counts by status, kills and restarts performed, failures by invariant and
+deduplicated by (invariant, fault action, fact name) with a count, flaky cases listed separately, and coverage per
+``FACT@PHASE`` and per planner rule (SPEC §14.4 ids).
+
+Invariant protected: the numbers are computed from the cases alone (plus the engine's coverage when it supplied
+one), so ``summarize`` of a merged report equals the sum of its shards' cases — never an independent tally that
+could drift from the case list.
+
+``summarize`` is pure; ``versions``/``git_commit`` read the environment (importlib metadata, ``git``) and are used
+by the campaign engine and by ``chaos.bundle`` when they record provenance. Not here: HTML or JUnit rendering.
+"""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from chaos.report import ERROR, FAIL, FLAKY, NOT_REACHED, PASS, CampaignReport, CaseReport
+
+SUMMARY_FORMAT = "killpoint-summary/1"
+# Launch roles (chaos.records.Launch.role) that are restarts: every launch except a step's first one.
+_RESTART_ROLES = frozenset({"again", "resume", "dresume", "abort"})
+
+
+def summarize(report: CampaignReport) -> dict[str, Any]:
+    """The ``summary.json`` document for ``report``. Pure."""
+    cases = report.cases
+    counts = Counter(c.status for c in cases)
+    by_invariant: Counter[str] = Counter()
+    for case in cases:
+        if case.status == FAIL:
+            by_invariant.update(case.invariants)
+    return {
+        "format": SUMMARY_FORMAT,
+        "campaign": report.name,
+        "mode": report.mode,
+        "seed": report.seed,
+        "command": report.command,
+        "agentBugs": report.agent_bugs,
+        "started": report.started,
+        "duration": round(report.duration, 3),
+        "casesPerSecond": round(len(cases) / report.duration, 3) if report.duration > 0 else None,
+        "versions": report.versions,
+        "shards": report.shards,
+        "cases": {
+            "total": len(cases),
+            "passed": counts[PASS],
+            "failed": counts[FAIL],
+            "flaky": counts[FLAKY],
+            "notReached": counts[NOT_REACHED],
+            "errors": counts[ERROR],
+        },
+        "kills": sum(kill_count(c) for c in cases),
+        "restarts": sum(restart_count(c) for c in cases),
+        "failures": {
+            "byInvariant": dict(sorted(by_invariant.items())),
+            "deduplicated": deduplicate([c for c in cases if c.status == FAIL]),
+            "cases": [_failure_entry(c) for c in cases if c.status == FAIL],
+        },
+        "flaky": [_failure_entry(c) for c in cases if c.status == FLAKY],
+        "errors": [{"case": c.id, "verdict": c.verdict, "detail": c.detail} for c in cases if c.status == ERROR],
+        "coverage": report.coverage if report.coverage is not None else derive_coverage(cases),
+    }
+
+
+def kill_count(case: CaseReport) -> int:
+    """Faults of the case that SIGKILLed the agent (kill, torn, powerloss, dresume)."""
+    if not case.run:
+        return 0
+    return sum(1 for f in case.run.get("faults", []) if f.get("signal") == "SIGKILL")
+
+
+def restart_count(case: CaseReport) -> int:
+    """Launches of the case that were not a step's first launch (resume, dresume, abort, a re-issued step)."""
+    if not case.run:
+        return 0
+    return sum(1 for launch in case.run.get("launches", []) if launch.get("role") in _RESTART_ROLES)
+
+
+def fault_key(fault_text: str) -> tuple[str, str]:
+    """``(action, fact)`` of a fault text; ``fact`` is ``tx`` for a ``tx:K@PHASE`` point.
+
+    A campaign's provider-fault token ``llm(KIND)@RUN.TURN`` gives ``("llm", KIND)``.
+    """
+    from chaos.faults import FaultSyntaxError, parse_fault
+
+    if fault_text.startswith("llm("):
+        return "llm", fault_text[4:].split(")", 1)[0].split(":", 1)[0]
+    try:
+        fault = parse_fault(fault_text)
+    except FaultSyntaxError:
+        return ("?", fault_text)
+    return fault.action, fault.point.fact or "tx"
+
+
+def deduplicate(failed: list[CaseReport]) -> list[dict[str, Any]]:
+    """Failures grouped by (invariant, action, fact) of the schedule's last fault (the shrunk one when known)."""
+    groups: dict[tuple[str, str, str], list[CaseReport]] = {}
+    for case in failed:
+        schedule = case.minimal or case.schedule
+        action, fact = fault_key(schedule[-1]) if schedule else ("none", "none")
+        for invariant in case.invariants:
+            groups.setdefault((invariant, action, fact), []).append(case)
+    return [
+        {"invariant": inv, "action": action, "fact": fact, "count": len(group), "example": group[0].id,
+         "minimal": group[0].minimal, "bundle": group[0].bundle}
+        for (inv, action, fact), group in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    ]
+
+
+def derive_coverage(cases: list[CaseReport]) -> dict[str, Any]:
+    """Coverage from the cases: per ``FACT@PHASE`` of each schedule's first fault, reached/total; rules reached.
+
+    A case whose first fault never fired (``not-reached``) counts in the total only; an ``error`` case did not run
+    and counts in neither (its kill point is unknown territory, not a coverage gap of the agent).
+    """
+    points: dict[str, dict[str, int]] = {}
+    for case in cases:
+        if not case.schedule or case.status == ERROR:
+            continue
+        key = _point_key(case.schedule[0])
+        slot = points.setdefault(key, {"reached": 0, "total": 0})
+        slot["total"] += 1
+        if case.status != NOT_REACHED:
+            slot["reached"] += 1
+    rules: Counter[str] = Counter()
+    for case in cases:
+        rules.update(set(case.rules))
+    return {
+        "killPoints": dict(sorted(points.items())),
+        "rules": dict(sorted(rules.items(), key=lambda kv: _rule_order(kv[0]))),
+    }
+
+
+def _point_key(fault_text: str) -> str:
+    """``FACT@PHASE`` (or ``tx@PHASE``) of a fault text, action and ordinal dropped."""
+    from chaos.faults import FaultSyntaxError, parse_fault
+
+    if fault_text.startswith("llm("):
+        return fault_text.split("@", 1)[0]  # provider fault: llm(KIND), whatever its position
+    try:
+        point = parse_fault(fault_text).point
+    except FaultSyntaxError:
+        return fault_text
+    return f"{point.fact or 'tx'}@{point.phase}"
+
+
+def _rule_order(rule: str) -> tuple:
+    # "P7.1.3.2" sorts after "P7.1" and before "P7.2": compare the numeric parts, not the text.
+    parts = rule.lstrip("P").split(".")
+    return tuple(int(p) if p.isdigit() else 10**6 for p in parts)
+
+
+def _failure_entry(case: CaseReport) -> dict[str, Any]:
+    return {
+        "case": case.id,
+        "scenario": case.scenario,
+        "schedule": case.schedule,
+        "minimal": case.minimal,
+        "invariants": case.invariants,
+        "messages": [f"{f.invariant}: {f.message}" for f in case.failures],
+        "bundle": case.bundle,
+        "repro": case.repro,
+    }
+
+
+def git_commit(path: str | Path | None = None) -> dict[str, Any] | None:
+    """``{"commit", "dirty"}`` of the git checkout holding ``path`` (default: this package), or None.
+
+    None when git is missing or the code is not a checkout (an installed wheel): provenance then says so instead
+    of inventing a commit.
+    """
+    where = Path(path) if path is not None else Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, timeout=10)
+        if head.returncode != 0:
+            return None
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=where,
+                                capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {"commit": head.stdout.strip(), "dirty": bool(status.stdout.strip()) if status.returncode == 0 else None}
+
+
+def versions() -> dict[str, Any]:
+    """killpoint and Python versions, platform, and the git commit when the code runs from a checkout."""
+    from importlib import metadata
+
+    try:
+        killpoint = metadata.version("killpoint")
+    except metadata.PackageNotFoundError:
+        killpoint = "unknown (not installed)"
+    return {
+        "killpoint": killpoint,
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "executable": sys.executable,
+        "platform": platform.platform(),
+        "git": git_commit(),
+    }
