@@ -657,12 +657,26 @@ class TestOpen:
             SessionStore.open(other)
         assert other.read_bytes() == data
 
-    def test_name_without_a_uuid_is_accepted(self, store):
-        """Any path is accepted when its name does not have the *_<uuid7>.jsonl form."""
+    @pytest.mark.parametrize("name, refused", [
+        ("session.jsonl", False),
+        ("018f0000-0000-7000-8000-0000000000ff.jsonl", False),  # no "_": not the *_<uuid7>.jsonl form
+        ("x_018F0000-0000-7000-8000-0000000000FF.jsonl", False),  # uppercase is not a UUIDv7 of §2.7
+        ("x_018f0000-0000-4000-8000-0000000000ff.jsonl", False),  # version 4
+        ("x_018f0000-0000-7000-8000-0000000000ff.json", False),
+        ("_018f0000-0000-7000-8000-0000000000ff.jsonl", True),
+        ("a_b_018f0000-0000-7000-8000-0000000000ff.jsonl", True),  # the UUID after the last "_" counts
+    ])
+    def test_only_names_of_the_uuid_form_are_checked(self, store, name, refused):
+        """Only a *_<uuid7>.jsonl name must carry the header id; any other name is accepted as it is."""
         store.close()
-        plain = store.path.with_name("session.jsonl")
-        plain.write_bytes(file_bytes(store))
-        SessionStore.open(plain).close()
+        other = store.path.with_name(name)
+        other.write_bytes(file_bytes(store))
+        if refused:
+            with pytest.raises(SessionFileError, match="header id"):
+                SessionStore.open(other)
+        else:
+            SessionStore.open(other).close()
+        assert other.read_bytes() == file_bytes(store)
 
     def test_symlink_is_refused(self, store, tmp_path):
         """A symbolic link to a valid session is refused and its target is left alone."""
