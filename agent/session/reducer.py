@@ -682,9 +682,11 @@ class Reducer:
         op = self._get(t, tool.op).clone()
         op.pending -= 1
         t.objs[op.id] = op
-        if t.calls is None:
-            t.calls = []
-        t.calls.append((op.calls, tool.index, export))
+        if not op.finished:
+            # A finished operation (e.g. failed with a pending tool) is never exported again and dropped its list.
+            if t.calls is None:
+                t.calls = []
+            t.calls.append((op.calls, tool.index, export))
         t.ids[fact_id] = FACT
         self._add_message(t, fact_id, "tool", message, tool.op, step_id, None, None)
 

@@ -810,6 +810,16 @@ class TestToolResults:
         log.lines[-1] = log.lines[-1].replace('"interrupted"}', '"aborted"}')
         assert log.error() == ("INVALID_FACT", 6, 6)
 
+    def test_result_after_the_run_failed(self):
+        """A started tool's result may arrive after its run finished failed (not checked, §5.4); state stays idle."""
+        log = settled_tool_step()
+        log.add(tool_started(0x09, 0x04, 0x05, 0x08, 0x0A))
+        log.add(finished(0x0F, 0x04, "failed", error={"code": "c", "message": "m"}))
+        log.add(tool_result(0x0A, 0x05, 0x09))
+        state = log.reduce()
+        assert state["operation"] == {"kind": "idle"} and state["transcript"][-1]["role"] == "tool"
+        assert state.boundary == i(0x0A)
+
     def test_started_tool_stays_pending_and_blocks_next_step(self):
         """While a started tool is pending, a new step is INVALID_TRANSITION."""
         log = settled_tool_step()
