@@ -1,0 +1,185 @@
+"""The campaign journal: one JSON line per finished case, fsynced, so a crashed campaign resumes where it stopped.
+
+A campaign can run for hours; the harness itself may be SIGKILLed (a CI job cancelled, an OOM kill, a laptop lid).
+``chaos campaign --resume DIR`` must then continue without redoing or losing a finished case. The journal is the
+only record of "finished": a case counts as done exactly when its line is in the file and fsynced.
+
+Format: ``journal.jsonl``, UTF-8, one JSON object per line, each a finished case (the keys of
+``chaos.report.CaseReport`` plus the engine's own: ``origin``, ``index``, ``first``, ``kills``, ``restarts``,
+``reached``, ``keys``, ``rerun``...). The file has no header; the campaign's parameters live next to it in
+``campaign.json``, written once, atomically, before the first case.
+
+Crash windows and what protects them:
+
+- SIGKILL in the middle of ``write()``: the last line may be torn (no final LF, or a partial JSON object). Reading
+  ignores an incomplete last line; ``Journal.open`` truncates it away (and fsyncs) before appending, so the next
+  line does not glue onto half a line.
+- SIGKILL after ``write()`` and before ``fsync()``: the line is in the page cache and survives a process kill; a
+  power loss may drop it — the case is then simply run again (never half-counted).
+- A complete but unparsable line in the middle cannot come from our own writes; it is reported (``JournalError``)
+  rather than silently skipped, because skipping would *lose* a finished case.
+- Duplicate ids (two journals merged, or a case finished twice around a crash) keep the first line.
+
+Does not decide what a case is or run anything; ``chaos.campaign`` does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from chaos.errors import ChaosError
+
+JOURNAL = "journal.jsonl"
+CAMPAIGN = "campaign.json"
+
+
+class JournalError(ChaosError):
+    """A journal or campaign file cannot be read or written (message names the file, line and problem)."""
+
+
+def read_lines(path: str | Path) -> tuple[list[dict[str, Any]], int]:
+    """The complete records of a journal and the byte length they occupy (the valid prefix).
+
+    An incomplete last line (no LF, or a torn JSON object with no LF) is not part of the result. A complete line
+    that is not a JSON object raises ``JournalError``.
+    """
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return [], 0
+    except OSError as exc:
+        raise JournalError(f"{path}: cannot read journal: {exc.strerror or exc}") from None
+    records: list[dict[str, Any]] = []
+    end = data.rfind(b"\n") + 1  # everything after the last LF is a torn tail
+    for number, raw in enumerate(data[:end].split(b"\n")[:-1], start=1):
+        try:
+            value = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            raise JournalError(f"{path}:{number}: journal line is not JSON (the file was edited or corrupted)") from None
+        if not isinstance(value, dict) or not isinstance(value.get("id"), str):
+            raise JournalError(f"{path}:{number}: journal line is not a case record with an 'id'")
+        records.append(value)
+    return records, end
+
+
+def read_journal(path: str | Path) -> dict[str, dict[str, Any]]:
+    """Finished cases by id, in journal order; the first line wins for a duplicated id."""
+    out: dict[str, dict[str, Any]] = {}
+    for record in read_lines(path)[0]:
+        out.setdefault(record["id"], record)
+    return out
+
+
+class Journal:
+    """An open journal: ``append`` one finished case at a time; ``done`` holds the ids already finished."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        records, end = read_lines(self.path)
+        self.done: dict[str, dict[str, Any]] = {}
+        for record in records:
+            self.done.setdefault(record["id"], record)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            if os.fstat(fd).st_size != end:
+                # Repair a torn last line before appending: the next record must start on a line of its own.
+                os.ftruncate(fd, end)
+                os.fsync(fd)
+            os.lseek(fd, 0, os.SEEK_END)
+        except OSError:
+            os.close(fd)
+            raise
+        self._fd: int | None = fd
+        _fsync_dir(self.path.parent)  # a freshly created journal's directory entry must be durable too
+
+    def __enter__(self) -> Journal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __contains__(self, case_id: str) -> bool:
+        return case_id in self.done
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(self.done.values())
+
+    def __len__(self) -> int:
+        return len(self.done)
+
+    def append(self, record: Mapping[str, Any]) -> bool:
+        """Write one finished case and fsync; False (nothing written) when its id is already in the journal."""
+        if self._fd is None:
+            raise JournalError(f"{self.path}: journal is closed")
+        case_id = record.get("id")
+        if not isinstance(case_id, str):
+            raise JournalError(f"{self.path}: a journal record needs a string 'id'")
+        if case_id in self.done:
+            return False
+        line = json.dumps(record, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+        if b"\n" in line:  # json.dumps escapes control characters; a raw LF would split the record
+            raise JournalError(f"{self.path}: record {case_id!r} serialized with a newline")
+        data = line + b"\n"
+        view = memoryview(data)
+        while view:
+            # os.write may write less than asked (a signal, a large record): loop until the line is whole.
+            n = os.write(self._fd, view)
+            view = view[n:]
+        os.fsync(self._fd)
+        self.done[case_id] = dict(record)
+        return True
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def write_campaign(directory: str | Path, params: Mapping[str, Any]) -> Path:
+    """Write ``campaign.json`` atomically (temp file, fsync, rename, fsync of the directory)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / CAMPAIGN
+    tmp = directory / f".{CAMPAIGN}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(params, f, indent=2, ensure_ascii=False, sort_keys=True)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(directory)
+    return path
+
+
+def read_campaign(directory: str | Path) -> dict[str, Any]:
+    """The parameters a campaign directory was started with; ``JournalError`` when absent or unreadable."""
+    path = Path(directory) / CAMPAIGN
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise JournalError(f"{path}: not a campaign directory (no {CAMPAIGN})") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise JournalError(f"{path}: cannot read campaign parameters: {exc}") from None
+    if not isinstance(value, dict):
+        raise JournalError(f"{path}: campaign parameters must be a JSON object")
+    return value
+
+
+def _fsync_dir(directory: Path) -> None:
+    # A new file's name lives in its directory; without this fsync a power loss could forget the file exists.
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
