@@ -166,7 +166,9 @@ class _Entry:
 class _Op:
     """An operation. Never mutated once stored: a transaction that changes it stores a clone (§4.1)."""
 
-    __slots__ = ("id", "kind", "finished", "abort", "input", "result", "step", "latest_step", "pending", "ncalls", "calls")
+    __slots__ = (
+        "id", "kind", "finished", "abort", "input", "result", "step", "latest_step", "pending", "ncalls", "calls"
+    )
 
     def __init__(self, op_id, kind, input_id, result_id):
         self.id = op_id
@@ -211,7 +213,8 @@ class _Attempt:
 
     def closed(self, state: int, entry: str | None = None) -> _Attempt:
         return _Attempt(
-            self.id, self.op, self.step, self.number, self.kind, self.context, self.digest, self.tool_names, state, entry
+            self.id, self.op, self.step, self.number, self.kind, self.context, self.digest, self.tool_names,
+            state, entry,
         )
 
 
@@ -678,7 +681,9 @@ class Reducer:
         # Effects: the tool completes, its reservation is consumed (not checked: the tool's op is current).
         export = {**tool.export, "status": "completed"}
         # The completed record keeps no export: the operation's toolCalls list holds it while it is exported.
-        t.objs[export["toolStartedId"]] = _Tool(tool.op, tool.step, tool.result, tool.call_id, tool.name, False, tool.index, None)
+        t.objs[export["toolStartedId"]] = _Tool(
+            tool.op, tool.step, tool.result, tool.call_id, tool.name, False, tool.index, None
+        )
         op = self._get(t, tool.op).clone()
         op.pending -= 1
         t.objs[op.id] = op

@@ -93,7 +93,8 @@ def byte_mutations(draw) -> bytes:
         if kind == "flip":
             data[at] = draw(st.sampled_from([0x00, 0x0A, 0x0D, 0x22, 0x5C, 0x7B, 0x5D, 0xED, 0xFF, 0x31, 0x20]))
         elif kind == "insert":
-            data[at:at] = draw(st.sampled_from([b"\n", b"\r", b"\xef\xbb\xbf", b"\xed\xa0\x80", b"[", b"}", b",", b" "]))
+            inserts = [b"\n", b"\r", b"\xef\xbb\xbf", b"\xed\xa0\x80", b"[", b"}", b",", b" "]
+            data[at:at] = draw(st.sampled_from(inserts))
         elif kind == "delete":
             del data[at : at + draw(st.integers(1, 40))]
         elif kind == "cut":

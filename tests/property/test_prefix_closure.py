@@ -138,7 +138,8 @@ class Writer:
     def run(self) -> None:
         draw = self.draw
         op, entry = self.new(), self.new()
-        self.add(user(entry, draw(st.sampled_from(["inspect", "fix it", "é\u2028ü"]))), run_started(self.new(), op, entry))
+        prompt = draw(st.sampled_from(["inspect", "fix it", "é\u2028ü"]))
+        self.add(user(entry, prompt), run_started(self.new(), op, entry))
         aborted = False
         for step_number in range(draw(st.integers(1, 3))):
             step, attempt = self.new(), self.new()
@@ -177,13 +178,17 @@ class Writer:
                 if aborted:
                     self.add(synthetic(self.new(), step, answer, index, "aborted", ABORTED, item["id"]))
                 elif choice in ("unknown", "invalid"):
-                    reason, text = ("unknownTool", UNKNOWN_TOOL) if choice == "unknown" else ("invalidArguments", INVALID_ARGUMENTS)
+                    reason, text = (
+                        ("unknownTool", UNKNOWN_TOOL) if choice == "unknown" else ("invalidArguments", INVALID_ARGUMENTS)
+                    )
                     self.add(synthetic(self.new(), step, answer, index, reason, text, item["id"]))
                 else:
                     started, result = self.new(), self.new()
                     self.add(tool_started(started, op, step, answer, result, index, item["id"]))
                     content = INTERRUPTED if choice == "interrupted" else "out"
-                    kind = {"type": "synthetic", "reason": "interrupted"} if choice == "interrupted" else {"type": choice}
+                    kind = {"type": choice}
+                    if choice == "interrupted":
+                        kind = {"type": "synthetic", "reason": "interrupted"}
                     self.add(tool_result(result, step, started, item["id"], content=content, result=kind))
             if aborted:
                 self.add(finished(self.new(), op, "aborted"))

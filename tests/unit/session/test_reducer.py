@@ -805,7 +805,8 @@ class TestToolResults:
         """An interrupted synthetic completes the started tool; a wrong reason is INVALID_FACT."""
         log = settled_tool_step()
         log.add(tool_started(0x09, 0x04, 0x05, 0x08, 0x0A))
-        log.add(tool_result(0x0A, 0x05, 0x09, content=INTERRUPTED, result={"type": "synthetic", "reason": "interrupted"}))
+        interrupted = {"type": "synthetic", "reason": "interrupted"}
+        log.add(tool_result(0x0A, 0x05, 0x09, content=INTERRUPTED, result=interrupted))
         assert log.reduce()["operation"]["toolCalls"][0]["status"] == "completed"
         log.lines[-1] = log.lines[-1].replace('"interrupted"}', '"aborted"}')
         assert log.error() == ("INVALID_FACT", 6, 6)
