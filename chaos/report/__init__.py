@@ -62,13 +62,16 @@ class CaseReport:
     duration: float = 0.0
     verdict: str = ""  # the supervisor's verdict (exit:0, hang, crash, ...)
     detail: str = ""
-    run: dict[str, Any] | None = None  # CaseRun.to_json()
+    run: dict[str, Any] | None = None  # CaseRun.to_json() of the run the timeline draws
     plans: list[dict[str, Any]] = field(default_factory=list)  # {"launch": i, "plan": {...}} in printed order
     rules: list[str] = field(default_factory=list)  # planner rules (SPEC §14.4 ids) reached on restarts
     minimal: list[str] | None = None  # the shrunk schedule, when shrinking ran
     bundle: str | None = None  # repro bundle folder, relative to the report folder
     repro: str | None = None  # the one command that reproduces this case
     tags: list[str] = field(default_factory=list)
+    timeline_of: str | None = None  # when ``run`` is the minimal case's run (shrinking ran): its schedule
+    kills: int | None = None  # SIGKILLs performed; None = count them in ``run``
+    restarts: int | None = None  # launches after a fault; None = count them in ``run``
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -98,6 +101,9 @@ class CaseReport:
             "bundle": self.bundle,
             "repro": self.repro,
             "tags": self.tags,
+            "timeline_of": self.timeline_of,
+            "kills": self.kills,
+            "restarts": self.restarts,
         }
 
     @classmethod
@@ -123,6 +129,10 @@ class CampaignReport:
     versions: dict[str, Any] = field(default_factory=dict)
     coverage: dict[str, Any] | None = None  # as computed by the campaign engine; derived from cases when None
     shards: list[str] = field(default_factory=list)  # for a merged report: the shard folders it joins
+    planned: int | None = None  # cases the campaign planned (None: endless random mode, or unknown)
+    interrupted: bool = False  # the campaign stopped early (Ctrl-C, budget): some planned cases did not run
+    baselines: dict[str, Any] = field(default_factory=dict)  # per scenario: {"ok", "problems", ...} of its baseline
+    deduplicated: list[dict[str, Any]] | None = None  # the engine's failure groups; derived from cases when None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -136,6 +146,10 @@ class CampaignReport:
             "versions": self.versions,
             "coverage": self.coverage,
             "shards": self.shards,
+            "planned": self.planned,
+            "interrupted": self.interrupted,
+            "baselines": self.baselines,
+            "deduplicated": self.deduplicated,
             "cases": [c.to_json() for c in self.cases],
         }
 

@@ -25,8 +25,10 @@ from typing import Any
 
 from chaos.report import ERROR, FAIL, FLAKY, NOT_REACHED, PASS, CampaignReport, CaseReport
 from chaos.report import timeline as tl
+from chaos.report.summary import git_of
 
 TEMPLATE = "index.html.j2"
+MAX_DETAILED = 20  # failing cases drawn with a timeline; the others are listed in a table
 
 
 def _environment():
@@ -106,31 +108,52 @@ def default_repro(case: CaseReport, agent_bugs: list[str]) -> str:
     return shlex.join(words)
 
 
+def _failure_order(failed: list[CaseReport], summary: dict[str, Any]) -> list[CaseReport]:
+    """Failing cases with one example of each deduplicated failure first (in the summary's order), then the rest."""
+    by_id = {c.id: c for c in failed}
+    examples = [g.get("example") for g in summary.get("failures", {}).get("deduplicated", [])]
+    first = [i for i in dict.fromkeys(examples) if i in by_id]  # a case can be the example of several groups
+    return [by_id[i] for i in first] + [c for c in failed if c.id not in set(first)]
+
+
+def _point_rows(table: Any) -> list[dict[str, Any]]:
+    rows = []
+    for key, value in (table or {}).items():
+        total, reached = int(value.get("total", 0)), int(value.get("reached", 0))
+        rows.append({"key": key, "reached": reached, "total": total,
+                     "pct": min(100, 100 * reached // total) if total else (100 if reached else 0)})
+    return rows
+
+
 def render_html(report: CampaignReport, summary: dict[str, Any]) -> str:
     """The ``index.html`` text for ``report`` (``summary`` = ``chaos.report.summary.summarize(report)``). Pure."""
     import markupsafe
 
-    failed = [c for c in report.cases if c.status == FAIL]
+    failed = _failure_order([c for c in report.cases if c.status == FAIL], summary)
     flaky = [c for c in report.cases if c.status == FLAKY]
-    views = [_failure_view(c, report.agent_bugs) for c in failed]
+    # A nightly run may fail hundreds of cases the same way: draw the first MAX_DETAILED in full (one example of
+    # every deduplicated failure first), list the rest compactly with their invariants and repro commands.
+    views = [_failure_view(c, report.agent_bugs) for c in failed[:MAX_DETAILED]]
+    compact = [{"case": c, "repro": c.repro or default_repro(c, report.agent_bugs)} for c in failed[MAX_DETAILED:]]
     flaky_views = [_failure_view(c, report.agent_bugs) for c in flaky]
     for view in views + flaky_views:
         view["svg"] = markupsafe.Markup(view["svg"])  # built by timeline.svg, which escapes every text it draws
     coverage = summary.get("coverage") or {}
-    points = coverage.get("killPoints") or {}
-    rules = coverage.get("rules") or {}
     return _environment().get_template(TEMPLATE).render(
         report=report,
         summary=summary,
         failures=views,
+        compact=compact,
         flaky=flaky_views,
         errors=[c for c in report.cases if c.status == ERROR],
         unreached=[c for c in report.cases if c.status == NOT_REACHED],
         cases=report.cases,
         anchors={c.id: anchor(c.id) for c in failed + flaky},
-        points=[{"key": k, **v, "pct": (100 * v.get("reached", 0) // v["total"]) if v.get("total") else 0}
-                for k, v in points.items()],
-        rules=[{"rule": k, "count": v} for k, v in rules.items()],
-        extra_coverage={k: v for k, v in coverage.items() if k not in ("killPoints", "rules")},
+        points=_point_rows(coverage.get("points")),
+        recovery=_point_rows(coverage.get("recovery")),
+        rules=[{"rule": k, "count": v} for k, v in (coverage.get("rules") or {}).items()],
+        rules_unreached=list(coverage.get("rules_unreached") or []),
+        bad_baselines={k: v for k, v in summary.get("baselines", {}).items() if not v.get("ok")},
+        git=git_of(report.versions),
         status_class={PASS: "pass", FAIL: "fail", FLAKY: "flaky", NOT_REACHED: "unreached", ERROR: "error"},
     )

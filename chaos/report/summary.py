@@ -49,7 +49,10 @@ def summarize(report: CampaignReport) -> dict[str, Any]:
         "casesPerSecond": round(len(cases) / report.duration, 3) if report.duration > 0 else None,
         "versions": report.versions,
         "shards": report.shards,
+        "interrupted": report.interrupted,
         "cases": {
+            "planned": report.planned if report.planned is not None else len(cases),
+            "notRun": max(0, report.planned - len(cases)) if report.planned is not None else 0,
             "total": len(cases),
             "passed": counts[PASS],
             "failed": counts[FAIL],
@@ -61,17 +64,22 @@ def summarize(report: CampaignReport) -> dict[str, Any]:
         "restarts": sum(restart_count(c) for c in cases),
         "failures": {
             "byInvariant": dict(sorted(by_invariant.items())),
-            "deduplicated": deduplicate([c for c in cases if c.status == FAIL]),
+            "deduplicated": (report.deduplicated if report.deduplicated is not None
+                             else deduplicate([c for c in cases if c.status == FAIL])),
             "cases": [_failure_entry(c) for c in cases if c.status == FAIL],
         },
         "flaky": [_failure_entry(c) for c in cases if c.status == FLAKY],
         "errors": [{"case": c.id, "verdict": c.verdict, "detail": c.detail} for c in cases if c.status == ERROR],
+        "baselines": {name: {"ok": bool(b.get("ok")), "problems": list(b.get("problems") or [])}
+                      for name, b in sorted(report.baselines.items())},
         "coverage": report.coverage if report.coverage is not None else derive_coverage(cases),
     }
 
 
 def kill_count(case: CaseReport) -> int:
     """Faults of the case that SIGKILLed the agent (kill, torn, powerloss, dresume)."""
+    if case.kills is not None:
+        return case.kills
     if not case.run:
         return 0
     return sum(1 for f in case.run.get("faults", []) if f.get("signal") == "SIGKILL")
@@ -79,6 +87,8 @@ def kill_count(case: CaseReport) -> int:
 
 def restart_count(case: CaseReport) -> int:
     """Launches of the case that were not a step's first launch (resume, dresume, abort, a re-issued step)."""
+    if case.restarts is not None:
+        return case.restarts
     if not case.run:
         return 0
     return sum(1 for launch in case.run.get("launches", []) if launch.get("role") in _RESTART_ROLES)
@@ -116,7 +126,8 @@ def deduplicate(failed: list[CaseReport]) -> list[dict[str, Any]]:
 
 
 def derive_coverage(cases: list[CaseReport]) -> dict[str, Any]:
-    """Coverage from the cases: per ``FACT@PHASE`` of each schedule's first fault, reached/total; rules reached.
+    """Coverage from the cases (when the engine gave none): per ``FACT@PHASE`` of each schedule's first fault,
+    reached/total (``points``), and restarts per planner rule (``rules``) — the keys the campaign engine uses.
 
     A case whose first fault never fired (``not-reached``) counts in the total only; an ``error`` case did not run
     and counts in neither (its kill point is unknown territory, not a coverage gap of the agent).
@@ -134,7 +145,7 @@ def derive_coverage(cases: list[CaseReport]) -> dict[str, Any]:
     for case in cases:
         rules.update(set(case.rules))
     return {
-        "killPoints": dict(sorted(points.items())),
+        "points": dict(sorted(points.items())),
         "rules": dict(sorted(rules.items(), key=lambda kv: _rule_order(kv[0]))),
     }
 
@@ -187,6 +198,17 @@ def git_commit(path: str | Path | None = None) -> dict[str, Any] | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return {"commit": head.stdout.strip(), "dirty": bool(status.stdout.strip()) if status.returncode == 0 else None}
+
+
+def git_of(versions: Any) -> dict[str, Any]:
+    """``{"commit", "dirty"}`` from a versions dict whose ``git`` is that dict or a bare commit string (the campaign
+    engine records the string); ``{}`` when unknown."""
+    git = versions.get("git") if isinstance(versions, dict) else None
+    if isinstance(git, str) and git:
+        return {"commit": git, "dirty": None}
+    if isinstance(git, dict) and git.get("commit"):
+        return {"commit": str(git["commit"]), "dirty": git.get("dirty")}
+    return {}
 
 
 def versions() -> dict[str, Any]:
