@@ -1,0 +1,198 @@
+"""Repro bundles of a real failing case, end to end: the stale-assistantCalls bug in a read-then-answer run.
+
+The real agent runs with ``AGENT_BUGS=stale-assistant-calls`` and is SIGKILLed after the final answer's
+transaction (``assistant@after-sync#2``): its recovery picks up the previous turn's tool call and the session never
+converges. From that case: the bundle's layout and provenance, ``repro.sh`` failing the same way, ``chaos repro``
+holding without the bug, ``chaos export`` writing a regression scenario that validates, fails under the bug and
+passes without it; and a sharded campaign rendered and merged into reports with bundles
+(``chaos report render`` / ``merge``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from chaos.bundle import load_bundle, write_bundle
+from chaos.case import AgentSpec, run_baseline, run_case
+from chaos.scenario import load_scenario
+
+REPO = Path(__file__).resolve().parents[2]
+SCENARIO = REPO / "scenarios" / "read-then-answer.toml"
+BUG = "stale-assistant-calls"
+KILL = "assistant@after-sync#2"
+TIMEOUT = 180  # seconds for one CLI invocation (a few real cases); a hang fails the test instead of the suite
+
+pytestmark = pytest.mark.slow
+
+
+def chaos(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """Run the chaos CLI as a user would (a fresh interpreter)."""
+    return subprocess.run([sys.executable, "-m", "chaos.cli", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=TIMEOUT, env={**os.environ, "AGENT_BUGS": ""})
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory) -> Path:
+    """A bundle of read-then-answer::assistant@after-sync#2 failing under stale-assistant-calls."""
+    work = tmp_path_factory.mktemp("cases")
+    scenario = load_scenario(SCENARIO)
+    baseline = run_baseline(scenario, work_dir=work, keep="none")
+    assert baseline.ok, baseline.result
+    agent = AgentSpec(bugs=(BUG,))
+    result = run_case(scenario, [KILL], work_dir=work, agent=agent, baseline=baseline, keep="all")
+    assert result.status == "fail" and "converges" in [r.name for r in result.failed], result
+    dest = tmp_path_factory.mktemp("report") / "failures" / "stale"
+    return write_bundle(dest, case_dir=result.case_dir, scenario_file=SCENARIO, case_id=result.case_id,
+                        schedule=result.schedule, failures=result.failed, agent=agent, campaign="test-campaign",
+                        seed=1234, command_line=["chaos", "campaign", "--agent-bugs", BUG])
+
+
+def test_bundle_layout_and_provenance(bundle: Path):
+    """The bundle holds the scenario, schedule, agent command and env, provenance, logs, requests, witnesses, stderr."""
+    data = json.loads((bundle / "bundle.json").read_text())
+    assert data["case"] == f"read-then-answer::{KILL}" and data["schedule"] == [KILL]
+    assert "converges" in data["invariants"]
+    assert (bundle / "scenario.toml").read_bytes() == SCENARIO.read_bytes()
+    assert data["agent"]["command"] == ["{python}", "-m", "agent"] and data["agent"]["bugs"] == [BUG]
+    assert data["environment"]["AGENT_BUGS"] == BUG
+    prov = data["provenance"]
+    assert prov["versions"]["python"] == platform.python_version()
+    assert prov["versions"]["killpoint"]
+    assert re.fullmatch(r"[0-9a-f]{40}", prov["versions"]["git"]["commit"])  # the tests run from a checkout
+    assert (prov["seed"], prov["campaign"], prov["command_line"]) == (1234, "test-campaign",
+                                                                      ["chaos", "campaign", "--agent-bugs", BUG])
+    run = json.loads((bundle / "caserun.json").read_text())
+    kill = run["faults"][0]
+    assert (bundle / "logs" / "kill-01-kill.jsonl").stat().st_size == kill["snapshot_size"] > 0
+    assert (bundle / "logs" / "final.jsonl").read_bytes() == Path(run["session"]).read_bytes()
+    assert len((bundle / "requests.jsonl").read_text().splitlines()) >= 2
+    assert (bundle / "witness.log").is_file()
+    assert "agent: plan " in (bundle / "agent" / "01-resume.stderr").read_text()
+    assert (bundle / "workspace" / "README.md").is_file()
+    assert os.access(bundle / "repro.sh", os.X_OK)
+    readme = (bundle / "README.md").read_text()
+    assert "**converges**" in readme and "./repro.sh" in readme and "chaos export . scenarios/regressions/" in readme
+
+
+def test_repro_sh_fails_the_same_way(bundle: Path, tmp_path: Path):
+    """repro.sh, run from anywhere, re-runs the case and exits 1 naming the recorded invariant as failing again."""
+    proc = subprocess.run([str(bundle / "repro.sh")], capture_output=True, text=True, cwd=tmp_path, timeout=TIMEOUT,
+                          env={**os.environ, "AGENT_BUGS": ""})
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert re.search(r"REPRODUCED: .*converges.* fails again", proc.stdout)
+    assert "Traceback" not in proc.stderr
+
+
+def test_chaos_repro_holds_without_the_bug(bundle: Path, tmp_path: Path):
+    """The same bundle with AGENT_BUGS removed re-runs to every invariant holding: exit 0."""
+    copy = tmp_path / "bundle"
+    shutil.copytree(bundle, copy)
+    data = json.loads((copy / "bundle.json").read_text())
+    data["agent"]["bugs"] = []
+    (copy / "bundle.json").write_text(json.dumps(data))
+    proc = chaos("repro", str(copy))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "NOT REPRODUCED" in proc.stdout
+
+
+def test_export_is_valid_and_fails_only_under_the_bug(bundle: Path, tmp_path: Path):
+    """The exported regression validates, fails with the bug on its pinned schedule, and passes without it."""
+    regressions = tmp_path / "regressions"
+    proc = chaos("export", str(bundle), str(regressions))
+    assert proc.returncode == 0, proc.stderr
+    (path,) = regressions.glob("*.toml")
+    assert chaos("validate", str(regressions)).returncode == 0
+    exported = load_scenario(path)
+    original = load_scenario(SCENARIO)
+    assert [s.faults for s in exported.schedules] == [[KILL]]
+    assert "regression" in exported.tags and exported.name != original.name
+    assert exported.runs == original.runs and exported.expect == original.expect
+    assert exported.workspace == original.workspace
+    reports = tmp_path / "reports"
+    with_bug = chaos("run", str(path), "--kill", KILL, "--agent-bugs", BUG, "--reports", str(reports))
+    assert with_bug.returncode == 1, with_bug.stdout + with_bug.stderr
+    without = chaos("run", str(path), "--kill", KILL, "--reports", str(reports))
+    assert without.returncode == 0, without.stdout + without.stderr
+
+
+def test_export_does_not_overwrite_an_edited_regression(bundle: Path, tmp_path: Path):
+    """Exporting twice is harmless; a regression edited since is replaced only with --force."""
+    assert chaos("export", str(bundle), str(tmp_path)).returncode == 0
+    assert chaos("export", str(bundle), str(tmp_path)).returncode == 0
+    (path,) = tmp_path.glob("*.toml")
+    path.write_text(path.read_text() + "# hand edit\n")
+    proc = chaos("export", str(bundle), str(tmp_path))
+    assert proc.returncode == 2 and "exists with other content" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert chaos("export", "--force", str(bundle), str(tmp_path)).returncode == 0
+
+
+def test_bad_bundle_paths_give_one_line(tmp_path: Path):
+    """`chaos repro` and `chaos export` on something that is not a bundle print one line and exit 2."""
+    for args in (("repro", str(tmp_path / "missing")), ("export", str(tmp_path), str(tmp_path / "out"))):
+        proc = chaos(*args)
+        assert proc.returncode == 2, proc
+        assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def _campaign(out: Path, shard: str) -> Path:
+    from chaos.campaign import CampaignOptions, bundled_agent, run_campaign
+
+    options = CampaignOptions(scenarios=[str(SCENARIO)], agent=bundled_agent([BUG]), name=f"shard-{shard[:2]}",
+                              out=str(out), workers=2, shard=shard, shrink_calls=8)
+    run_campaign(options, command=["chaos", "campaign", "--agent-bugs", BUG, "--shard", shard],
+                 reporter=_Quiet())
+    return out / options.name
+
+
+class _Quiet:
+    """A campaign reporter that prints nothing (the test asserts on the files)."""
+
+    def message(self, text): pass
+    def start(self, total, done, failures): pass
+    def case(self, record): pass
+    def stop(self): pass
+
+
+def test_campaign_render_and_merge_with_bundles(tmp_path: Path):
+    """Two shards of a campaign under the bug render reports with a bundle per failure; merged, both appear."""
+    # The exhaustive list has 16 first faults in read-then-answer; with 16 shards each shard runs one of them.
+    # Shard 14 holds assistant@after-sync#2 (the kill after the final answer), shard 1 runStarted@before-write#1.
+    first = _campaign(tmp_path / "reports", "14/16")
+    second = _campaign(tmp_path / "reports", "1/16")
+
+    proc = chaos("report", "render", str(first))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = json.loads((first / "summary.json").read_text())
+    assert summary["cases"]["failed"] == 1 and summary["failures"]["byInvariant"].get("converges") == 1
+    (case,) = summary["failures"]["cases"]
+    assert case["case"] == f"read-then-answer::{KILL}"
+    bundle = first / case["bundle"]
+    data = load_bundle(bundle).data
+    assert data["original_case"] == case["case"] and data["schedule"] == case["minimal"]
+    page = (first / "index.html").read_text()
+    assert '<svg class="timeline"' in page and f"{case['bundle']}/repro.sh" in page
+    assert "of the minimal schedule" in page or case["minimal"] == [KILL]
+    repro = subprocess.run([str(bundle / "repro.sh")], capture_output=True, text=True, timeout=TIMEOUT,
+                           env={**os.environ, "AGENT_BUGS": ""})
+    assert repro.returncode == 1, repro.stdout + repro.stderr
+
+    merged = tmp_path / "merged"
+    proc = chaos("report", "merge", str(first), str(second), "--out", str(merged))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = json.loads((merged / "summary.json").read_text())
+    assert summary["cases"]["total"] == 2 and summary["cases"]["failed"] == 2
+    assert sorted(summary["shards"]) == sorted([str(first), str(second)])
+    for entry in summary["failures"]["cases"]:
+        assert (merged / entry["bundle"] / "repro.sh").is_file()
+    junit = (merged / "junit.xml").read_text()
+    assert junit.count("<testcase ") == 2 and junit.count("<failure ") == 2
