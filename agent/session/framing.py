@@ -27,6 +27,9 @@ from agent.session.errors import CorruptionError
 MAX_LINE_DEPTH = 128  # SPEC §2.5
 MAX_ARGUMENT_DEPTH = 64  # SPEC §14.3
 MAX_INTEGER_DIGITS = 4300  # SPEC §2.5 (equal to CPython's default int/str conversion limit)
+# §2.5: an integer literal whose value overflows binary64 is not finite, like 1e400. This is the smallest integer
+# that rounds to infinity (halfway between the largest double, 2^1024-2^971, and 2^1024; ties go to even).
+FLOAT_OVERFLOW_INT = 2**1024 - 2**970
 
 # §2.3 step 2: the CESU-8 / WTF-8 encoding of U+D800..U+DFFF.
 _RAW_SURROGATE = re.compile(rb"\xed[\xa0-\xbf][\x80-\xbf]")
@@ -96,6 +99,8 @@ def _walk(value: object, max_depth: int, finite_only: bool) -> None:
                 raise _MalformedError("lone surrogate in string")
         elif kind is float and finite_only and not _isfinite(node):
             raise _MalformedError("non-finite number")  # §14.3: e.g. 1e400, which Python parses as inf
+        elif kind is int and finite_only and not -FLOAT_OVERFLOW_INT < node < FLOAT_OVERFLOW_INT:
+            raise _MalformedError("non-finite number")  # §14.3: an integer literal such as 1 followed by 400 zeros
 
 
 _isfinite = math.isfinite

@@ -28,7 +28,7 @@ from math import isfinite as _isfinite
 
 from agent.session.digests import RunningSourceDigest, configuration_digest
 from agent.session.errors import CorruptionError
-from agent.session.framing import committed_lines, parse_line
+from agent.session.framing import FLOAT_OVERFLOW_INT, committed_lines, parse_line
 
 E = CorruptionError
 MAX_SAFE = 2**53 - 1  # §2.6
@@ -1294,6 +1294,8 @@ def _finite(value: object) -> bool:
             stack.extend(node)
         elif kind is float and not _isfinite(node):
             return False
+        elif kind is int and not -FLOAT_OVERFLOW_INT < node < FLOAT_OVERFLOW_INT:
+            return False  # an integer literal overflowing binary64 (e.g. 10^400) is as non-finite as 1e400 (§2.5)
     return True
 
 
