@@ -43,7 +43,7 @@ BOX_H = 38
 HEAD = 52  # lane headers
 FOOT = 54  # the verdict bar
 MONO = "DejaVu Sans Mono, Menlo, Consolas, monospace"
-_CHARS = 43  # characters per box line at 11 px
+_CHARS = 41  # characters per box line (title: 12 px bold monospace, ~7.2 px each, in 286 px)
 
 # Exit codes of the bundled agent (python -m agent --help): shown as hints only for that agent.
 AGENT_EXITS = {
@@ -349,6 +349,6 @@ def _mark(mark: Mark) -> str:
                  f'font-family="{MONO}">{escape(_clip(mark.title, _CHARS - 2))}</text>')
     if mark.detail:
         parts.append(f'<text x="{x + 12}" y="{cy + 12}" font-size="11" fill="#333">'
-                     f"{escape(_clip(mark.detail, _CHARS + 6))}</text>")
+                     f"{escape(_clip(mark.detail, _CHARS + 9))}</text>")
     parts.append("</g>")
     return "".join(parts)

@@ -136,9 +136,10 @@ def test_export_does_not_overwrite_an_edited_regression(bundle: Path, tmp_path: 
     assert chaos("export", "--force", str(bundle), str(tmp_path)).returncode == 0
 
 
-def test_bad_bundle_paths_give_one_line(tmp_path: Path):
-    """`chaos repro` and `chaos export` on something that is not a bundle print one line and exit 2."""
-    for args in (("repro", str(tmp_path / "missing")), ("export", str(tmp_path), str(tmp_path / "out"))):
+def test_bad_paths_give_one_line(tmp_path: Path):
+    """repro, export and report render on something that is not a bundle / campaign print one line and exit 2."""
+    for args in (("repro", str(tmp_path / "missing")), ("export", str(tmp_path), str(tmp_path / "out")),
+                 ("report", "render", str(tmp_path))):
         proc = chaos(*args)
         assert proc.returncode == 2, proc
         assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
@@ -178,10 +179,10 @@ def test_campaign_render_and_merge_with_bundles(tmp_path: Path):
     assert case["case"] == f"read-then-answer::{KILL}"
     bundle = first / case["bundle"]
     data = load_bundle(bundle).data
-    assert data["original_case"] == case["case"] and data["schedule"] == case["minimal"]
+    assert data["original_case"] == case["case"] and data["schedule"] == (case["minimal"] or case["schedule"])
     page = (first / "index.html").read_text()
     assert '<svg class="timeline"' in page and f"{case['bundle']}/repro.sh" in page
-    assert "of the minimal schedule" in page or case["minimal"] == [KILL]
+    assert "of the minimal schedule" in page or (case["minimal"] or [KILL]) == [KILL]
     repro = subprocess.run([str(bundle / "repro.sh")], capture_output=True, text=True, timeout=TIMEOUT,
                            env={**os.environ, "AGENT_BUGS": ""})
     assert repro.returncode == 1, repro.stdout + repro.stderr
@@ -190,9 +191,13 @@ def test_campaign_render_and_merge_with_bundles(tmp_path: Path):
     proc = chaos("report", "merge", str(first), str(second), "--out", str(merged))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     summary = json.loads((merged / "summary.json").read_text())
-    assert summary["cases"]["total"] == 2 and summary["cases"]["failed"] == 2
+    # (Today's stale-assistant-calls switch also breaks the crash-free run, so shard 1 fails too; an agent whose
+    # switch acts on recovery only would pass it. Either way the merged report holds both cases.)
+    failed = summary["cases"]["failed"]
+    assert summary["cases"]["total"] == 2 and failed >= 1
     assert sorted(summary["shards"]) == sorted([str(first), str(second)])
+    assert f"read-then-answer::{KILL}" in [e["case"] for e in summary["failures"]["cases"]]
     for entry in summary["failures"]["cases"]:
         assert (merged / entry["bundle"] / "repro.sh").is_file()
     junit = (merged / "junit.xml").read_text()
-    assert junit.count("<testcase ") == 2 and junit.count("<failure ") == 2
+    assert junit.count("<testcase ") == 2 and junit.count("<failure ") == failed
