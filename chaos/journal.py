@@ -60,7 +60,7 @@ def read_lines(path: str | Path) -> tuple[list[dict[str, Any]], int]:
         try:
             value = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, ValueError):
-            raise JournalError(f"{path}:{number}: journal line is not JSON (the file was edited or corrupted)") from None
+            raise JournalError(f"{path}:{number}: journal line is not JSON (edited or corrupted file)") from None
         if not isinstance(value, dict) or not isinstance(value.get("id"), str):
             raise JournalError(f"{path}:{number}: journal line is not a case record with an 'id'")
         records.append(value)

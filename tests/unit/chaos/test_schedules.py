@@ -91,7 +91,8 @@ class TestExhaustive:
         lib = [points(pinned=[("stepAttempt@after-sync#1", "tx:9@after-sync")])]
         ids = [c.id for c in Exhaustive().cases(lib)]
         assert len(ids) == 2 * len(LAYOUT) + 1
-        assert ids[:3] == ["s::runStarted@before-write#1", "s::runStarted@after-sync#1", "s::stepAttempt@before-write#1"]
+        assert ids[:3] == ["s::runStarted@before-write#1", "s::runStarted@after-sync#1",
+                           "s::stepAttempt@before-write#1"]
         assert ids[-1] == "s::stepAttempt@after-sync#1+tx:9@after-sync"
 
     def test_a_pinned_schedule_equal_to_an_enumerated_one_runs_once(self):

@@ -1,0 +1,1041 @@
+"""``chaos campaign``: run many cases in parallel, journal them, and summarize them as one ``CampaignResult``.
+
+What users run: the README's Quick-start (``chaos campaign`` alone: every bundled scenario, exhaustive depth 1), CI
+(``--tag``/``--shard K/N`` per job, then ``chaos report merge``), and nightly (``--nightly``: every fault action,
+depth 2, a time budget). The engine, in order:
+
+1. **Library**: load the scenario files (``--tag`` filters), hash each file, and key the agent (its command, and
+   for the bundled agent the digest of its source, so an edited agent never reuses stale kill points).
+2. **Kill points, computed once and cached** on disk per (scenario file hash, agent): the crash-free baseline is
+   run *twice* with the correct agent; both runs must pass every invariant and agree (same transactions, same
+   normalized log), else the scenario's cases are not run and the result says why. The cache file is published
+   first-writer-wins (``link``), so every shard and every pytest-xdist worker of one machine sees the same list.
+   ``--depth 2`` also caches, per (scenario, agent incl. bugs), each first kill's recovery: the durable state it
+   leaves and the transactions recovery announces.
+3. **Case list**: the policies of ``chaos.schedules`` (exhaustive + torn + depth 2, or random), then ``--shard``.
+4. **Run**: a ``chaos.workers.WorkerPool`` (default: one worker per CPU), each case in its own directory with its own
+   scripted-server route; every finished case is appended to the fsynced journal (``chaos.journal``) before it
+   counts, so ``--resume DIR`` after a crash of the harness continues without redoing or losing a case.
+   ``--budget``/``--duration`` stop dispatching when time is up; ``--fail-fast`` after the first reproduced failure.
+5. **Result**: ``result.json`` in ``reports/<campaign>/`` — totals, failures deduplicated by (invariant, fault
+   action, fact name) with a count, flaky cases apart, coverage per ``fact@phase`` and per planner rule reached on
+   restart, versions, seed. ``merge_journals(dirs)`` computes the same object from several shards' directories.
+
+Not here: rendering reports (``chaos.report``), judging (``chaos.oracle``), running one case (``chaos.case``).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from chaos.errors import ChaosError
+from chaos.journal import JOURNAL, Journal, JournalError, read_campaign, read_journal, write_campaign
+from chaos.schedules import CaseSpec, Recovery, ScenarioPoints, Transaction, parse_shard, shard
+from chaos.schedules.depth2 import Depth2
+from chaos.schedules.exhaustive import Exhaustive
+from chaos.schedules.random import Random
+from chaos.schedules.torn import Torn
+from chaos.workers import ERROR, FAIL, FLAKY, NOT_REACHED, PASS, WorkerConfig, WorkerPool
+
+RESULT = "result.json"
+CACHE_FORMAT = 1  # bump when what a cache file holds (or how it is computed) changes
+REPO = Path(__file__).resolve().parent.parent
+# Fault actions a campaign can enumerate (`--faults`); `all` is every one of them.
+FAULT_FAMILIES = ("kill", "int", "ioerror", "dresume", "torn", "powerloss")
+# SPEC §14.4 rule ids, in the spec's order (coverage lists those never reached on a restart).
+PLANNER_RULES = (
+    "P0", "P1.1", "P1.2", "P1.3", "P2", "P3.1", "P3.2", "P3.3", "P3.4", "P3.5", "P4", "P5.1", "P5.2", "P6.1", "P6.2",
+    "P6.3", "P7.1.1", "P7.1.2", "P7.1.3.1", "P7.1.3.2", "P7.1.3.3", "P7.1.4", "P7.2.1", "P7.2.2", "P7.2.3", "P7.2.4",
+    "P7.3",
+)
+
+
+class CampaignError(ChaosError):
+    """A campaign cannot start or continue (bad options, scenario problems, unreadable directory); one line each."""
+
+    def __init__(self, messages: str | list[str]):
+        self.messages = [messages] if isinstance(messages, str) else list(messages)
+        super().__init__("\n".join(self.messages))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Options
+
+
+@dataclass
+class CampaignOptions:
+    """Everything that defines a campaign; stored in ``campaign.json`` so ``--resume`` rebuilds the same case list."""
+
+    scenarios: list[str] = field(default_factory=list)  # files/directories; empty = the bundled library
+    tags: list[str] = field(default_factory=list)
+    mode: str = "exhaustive"  # or "random"
+    depth: int = 1
+    faults: list[str] = field(default_factory=lambda: ["kill"])  # exhaustive families (FAULT_FAMILIES)
+    pinned: bool = True
+    seed: int | None = None
+    cases: int | None = None  # random: number of cases
+    duration: float | None = None  # random: seconds
+    max_faults: int = 3  # random: K
+    random_actions: list[str] = field(default_factory=lambda: ["kill", "int", "torn", "llm"])
+    budget: float | None = None  # seconds; stop dispatching after it
+    workers: int = 0  # 0: os.cpu_count()
+    shard: str | None = None  # "K/N"
+    fail_fast: bool = False
+    # chaos.case.AgentSpec fields (+ "config": the --agent file); default: the bundled agent
+    agent: dict[str, Any] = field(default_factory=lambda: bundled_agent())
+    name: str = ""
+    out: str = "reports"
+    cache: str | None = None  # default: <out>/.cache
+    keep: str = "failing"
+    shrink: bool = True
+    shrink_calls: int = 30
+    case_seconds: float = 120.0
+    silence_seconds: float = 30.0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any]) -> CampaignOptions:
+        return cls(**{k: v for k, v in value.items() if k in cls.__dataclass_fields__})
+
+    def check(self) -> None:
+        """Raise ``CampaignError`` listing every inconsistent option."""
+        problems = []
+        if self.mode not in ("exhaustive", "random"):
+            problems.append(f"--mode {self.mode!r}: expected exhaustive or random")
+        if self.depth not in (1, 2):
+            problems.append(f"--depth {self.depth}: expected 1 or 2")
+        if self.mode == "random":
+            if self.seed is None:
+                problems.append("--mode random needs --seed S (cases are reproducible from seed and index)")
+            if (self.cases is None) == (self.duration is None):
+                problems.append("--mode random needs exactly one of --cases N or --duration D")
+            if self.depth != 1:
+                problems.append("--depth 2 applies to exhaustive mode (random schedules already have 1..K faults)")
+        unknown = [f for f in self.faults if f not in FAULT_FAMILIES]
+        if unknown:
+            problems.append(f"--faults {','.join(unknown)}: expected some of {', '.join(FAULT_FAMILIES)} or all")
+        if self.shard is not None:
+            try:
+                parse_shard(self.shard)
+            except ChaosError as exc:
+                problems.append(str(exc))
+        if self.keep not in ("failing", "all", "none"):
+            problems.append(f"--keep {self.keep!r}: expected failing, all or none")
+        if self.max_faults < 1:
+            problems.append("--max-faults must be >= 1")
+        if problems:
+            raise CampaignError(problems)
+
+
+def nightly(options: CampaignOptions) -> CampaignOptions:
+    """The nightly preset: the full library, every fault action, depth 2 (a ``--budget`` may still bound it)."""
+    options.mode, options.depth, options.faults = "exhaustive", 2, list(FAULT_FAMILIES)
+    options.tags = []
+    return options
+
+
+def parse_duration(text: str) -> float:
+    """``90``, ``90s``, ``30m``, ``2h``, ``1h30m`` → seconds; raises ``CampaignError``."""
+    import re
+
+    raw = text.strip().lower()
+    if re.fullmatch(r"[0-9]+(\.[0-9]+)?", raw):
+        return float(raw)
+    parts = re.findall(r"([0-9]+(?:\.[0-9]+)?)([hms])", raw)
+    if not parts or "".join(n + u for n, u in parts) != raw:
+        raise CampaignError(f"duration {text!r}: expected e.g. 90s, 30m, 2h or 1h30m")
+    return sum(float(n) * {"h": 3600, "m": 60, "s": 1}[u] for n, u in parts)
+
+
+def bundled_scenarios() -> Path:
+    """The scenario library shipped with killpoint (``scenarios/`` of the source tree)."""
+    return REPO / "scenarios"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The agent under test
+
+
+def bundled_agent(bugs: Sequence[str] = ()) -> dict[str, Any]:
+    """The bundled agent, launched with this interpreter (``sys.executable``, never a PATH shim)."""
+    return {"command": [sys.executable, "-m", "agent"], "env": [], "bugs": list(bugs), "bundled": True,
+            "name": "bundled"}
+
+
+def agent_from_config(path: str | Path, bugs: Sequence[str] = ()) -> dict[str, Any]:
+    """Read ``--agent CONFIG.toml``: how to launch another implementation of the checkpoint protocol.
+
+    Keys: ``name``; ``command`` (argv prefix; the harness appends issue 3's verbs and flags: ``run --session-dir
+    DIR --workspace DIR … PROMPT``, ``resume SESSION …``, ``abort SESSION …``, ``compact SESSION …``); ``env``
+    (table); ``protocol`` (must be 1); ``configuration_flags`` (true when it accepts the bundled agent's
+    configuration flags, so the harness can compute each launch's CurrentConfiguration; default false). The session
+    location is whatever the agent announces in its ``hello``.
+    """
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise CampaignError(f"{path}:1: agent: cannot read: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise CampaignError(f"{path}: agent: {exc}") from None
+    problems = []
+    command = data.get("command")
+    if not isinstance(command, list) or not command or not all(isinstance(a, str) and a for a in command):
+        problems.append(f"{path}: command: a non-empty list of strings (argv prefix) is required")
+    env = data.get("env", {})
+    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+        problems.append(f"{path}: env: must be a table of strings")
+    if data.get("protocol", 1) != 1:
+        problems.append(f"{path}: protocol: this harness speaks checkpoint protocol 1, not {data.get('protocol')!r}")
+    unknown = set(data) - {"name", "command", "env", "protocol", "configuration_flags"}
+    if unknown:
+        problems.append(f"{path}: unknown key(s) {', '.join(sorted(unknown))} (expected name, command, env, "
+                        "protocol, configuration_flags)")
+    if problems:
+        raise CampaignError(problems)
+    # Relative paths in the command are relative to the config file, so a config works from any directory.
+    base = path.resolve().parent
+    argv = [str((base / a).resolve()) if a.startswith(("./", "../")) else a for a in command]
+    return {"command": argv, "env": sorted(env.items()), "bugs": list(bugs),
+            "bundled": bool(data.get("configuration_flags", False)), "name": str(data.get("name", path.stem)),
+            "config": str(path)}
+
+
+def _agent_source_digest() -> str:
+    h = hashlib.sha256()
+    root = REPO / "agent"
+    for p in sorted(root.rglob("*.py")):
+        h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()
+
+
+def agent_key(agent: Mapping[str, Any], *, with_bugs: bool = False) -> str:
+    """A short digest naming the agent in cache keys (its command and env; its source when bundled)."""
+    ident = {"command": agent["command"], "env": agent.get("env", []), "bundled": agent.get("bundled", True)}
+    if agent.get("name") == "bundled":
+        ident["source"] = _agent_source_digest()
+    if with_bugs:
+        ident["bugs"] = sorted(agent.get("bugs", []))
+    return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Library and kill-point cache
+
+
+@dataclass
+class Entry:
+    """One scenario of the library: name, file, file digest, and the loaded model."""
+
+    name: str
+    path: Path
+    digest: str
+    scenario: Any
+    points: ScenarioPoints | None = None
+    baseline: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.points is not None and bool(self.baseline.get("ok"))
+
+
+def load_library(paths: Sequence[str], tags: Sequence[str] = ()) -> list[Entry]:
+    """Load the scenario files under ``paths`` (the bundled library when empty), keeping those with any of ``tags``."""
+    from chaos.scenario import load_scenarios
+
+    scenarios, problems = load_scenarios(list(paths) or [bundled_scenarios()])
+    if problems:
+        raise CampaignError(problems)
+    entries = []
+    for sc in scenarios:
+        if tags and not set(tags) & set(sc.tags):
+            continue
+        data = Path(sc.source).read_bytes()
+        entries.append(Entry(sc.name, Path(sc.source).resolve(), hashlib.sha256(data).hexdigest()[:16], sc))
+    if not entries:
+        raise CampaignError(f"no scenario matches tags {', '.join(tags)}" if tags else "no scenario files found")
+    return entries
+
+
+def _publish(path: Path, value: Any) -> Any:
+    """Write ``value`` as JSON at ``path`` unless another process already did; return what is there.
+
+    First writer wins (``os.link`` fails on an existing name), so concurrent shards or xdist workers that computed
+    the list at the same time all end up using one and the same list.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(value, f, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        pass
+    finally:
+        tmp.unlink(missing_ok=True)
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _load_json(path: Path) -> Any | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _points(entry: Entry, transactions: Sequence[Mapping]) -> ScenarioPoints:
+    sc = entry.scenario
+    pinned = tuple(tuple(s.faults) for s in sc.schedules)
+    return ScenarioPoints(entry.name, tuple(Transaction.from_json(t) for t in transactions), pinned, tuple(sc.tags),
+                          len(sc.runs), tuple(len(r.turns) for r in sc.runs))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Progress
+
+
+class Reporter:
+    """Where progress goes. Plain lines (not a TTY): one line per case that did not pass, and a progress line every
+    ~5% or 10 s."""
+
+    def __init__(self, write: Callable[[str], None] = print):
+        self.write = write
+        self.total: int | None = None
+        self.done = 0
+        self.failures = 0
+        self.t0 = time.monotonic()
+        self._last = 0.0
+        self._step = 1
+        self._base = 0
+
+    def message(self, text: str) -> None:
+        self.write(text)
+
+    def start(self, total: int | None, done: int, failures: int) -> None:
+        self.total, self.done, self.failures = total, done, failures
+        self.t0 = time.monotonic()
+        self._base = done
+        self._step = max(1, (total or 100) // 20)
+
+    def rate(self) -> float:
+        elapsed = time.monotonic() - self.t0
+        return (self.done - self._base) / elapsed if elapsed > 0 else 0.0
+
+    def eta(self) -> float | None:
+        rate = self.rate()
+        if self.total is None or rate <= 0:
+            return None
+        return (self.total - self.done) / rate
+
+    def case(self, record: Mapping[str, Any]) -> None:
+        self.done += 1
+        if record["status"] == FAIL:
+            self.failures += 1
+        if record["status"] not in (PASS, NOT_REACHED):
+            invariants = ", ".join(dict.fromkeys(f["invariant"] for f in record.get("failures", [])))
+            self.write(f"{record['status'].upper():5} {record['id']}  {invariants}".rstrip())
+        now = time.monotonic()
+        if self.done % self._step == 0 or now - self._last > 10 or self.done == self.total:
+            self._last = now
+            self.write(self.line())
+
+    def line(self) -> str:
+        total = "?" if self.total is None else str(self.total)
+        eta = self.eta()
+        eta_text = f", ETA {_hms(eta)}" if eta is not None else ""
+        return f"[{self.done}/{total}] failures {self.failures}, {self.rate():.2f} cases/s{eta_text}"
+
+    def stop(self) -> None:
+        pass
+
+
+class RichReporter(Reporter):
+    """A rich progress bar on a terminal: cases done/total, failures so far, cases/s, ETA."""
+
+    def __init__(self, console=None):
+        from rich.console import Console
+
+        self.console = console or Console(stderr=True)
+        super().__init__(self.console.print)
+        self.progress = None
+
+    def start(self, total: int | None, done: int, failures: int) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        super().start(total, done, failures)
+        self.progress = Progress(
+            TextColumn("[bold]campaign"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("failures [red]{task.fields[failures]}"), TextColumn("{task.fields[rate]} cases/s"),
+            TimeRemainingColumn(), console=self.console, transient=False,
+        )
+        self.task = self.progress.add_task("cases", total=total, completed=done, failures=failures, rate="0.00")
+        self.progress.start()
+
+    def case(self, record: Mapping[str, Any]) -> None:
+        self.done += 1
+        if record["status"] == FAIL:
+            self.failures += 1
+        if record["status"] not in (PASS, NOT_REACHED):
+            invariants = ", ".join(dict.fromkeys(f["invariant"] for f in record.get("failures", [])))
+            self.progress.console.print(f"[red]{record['status'].upper()}[/] {record['id']}  {invariants}")
+        self.progress.update(self.task, completed=self.done, failures=self.failures, rate=f"{self.rate():.2f}")
+
+    def stop(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+
+def _hms(seconds: float) -> str:
+    seconds = int(round(seconds))
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s" if m else f"{s}s"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The campaign
+
+
+def versions() -> dict[str, Any]:
+    """killpoint and Python versions, platform, and the git commit of the source tree when there is one."""
+    try:
+        from importlib.metadata import version
+
+        kp = version("killpoint")
+    except Exception:  # not installed as a distribution (e.g. run from a source tree)
+        kp = "unknown"
+    out: dict[str, Any] = {"killpoint": kp, "python": platform.python_version(), "platform": platform.platform()}
+    try:
+        proc = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=5)
+        if proc.returncode == 0:
+            out["git"] = proc.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return out
+
+
+class Campaign:
+    """One campaign directory: discovery, case list, dispatch and the result. Use ``run_campaign``."""
+
+    def __init__(self, options: CampaignOptions, directory: Path, reporter: Reporter, *, command: Sequence[str] = (),
+                 resume: bool = False):
+        self.options = options
+        # Absolute: agents run with their case directory as cwd, so a relative workspace path would point nowhere.
+        self.dir = directory.resolve()
+        self.reporter = reporter
+        self.command = list(command)
+        self.resume = resume
+        self.cache = Path(options.cache or Path(options.out) / ".cache").resolve()
+        self.entries: list[Entry] = []
+        # Computed once: the bundled agent's source may change while a long campaign runs (a developer editing
+        # it); every cache name of this campaign must still be the same one.
+        self.agent_key = agent_key(options.agent)
+        self.agent_key_bugs = agent_key(options.agent, with_bugs=True)
+        self.recoveries: dict[str, dict[str, Any]] = {}
+        self.t0 = time.monotonic()
+        self.previous = 0.0  # time spent by earlier sessions of a resumed campaign
+        self.interrupted = False
+
+    # ---- set-up ----------------------------------------------------------------------------------------------
+
+    def worker_config(self) -> WorkerConfig:
+        o = self.options
+        keys = {e.name: self._cache_stem(e) for e in self.entries}
+        return WorkerConfig(
+            scenarios={e.name: str(e.path) for e in self.entries}, agent=o.agent, cache=str(self.cache),
+            cache_keys=keys, work=str(self.dir / "cases"),
+            limits={"case_seconds": o.case_seconds, "silence_seconds": o.silence_seconds},
+            shrink=o.shrink, shrink_calls=o.shrink_calls, keep=o.keep,
+        )
+
+    def _cache_stem(self, entry: Entry) -> str:
+        return f"{entry.name}-{entry.digest}-{self.agent_key}-v{CACHE_FORMAT}"
+
+    def discover(self, pool: WorkerPool) -> None:
+        """Kill points of every scenario (cached), then (depth 2) each first kill's recovery (cached)."""
+        todo = {}
+        for e in self.entries:
+            cached = _load_json(self.cache / f"{self._cache_stem(e)}.json")
+            if cached is not None:
+                self._adopt(e, cached)
+            else:
+                todo[pool.submit("baseline", e.name)[0]] = e
+        if todo:
+            self.reporter.message(f"baseline: running {len(todo)} scenario(s) twice (crash-free, must agree)")
+        for job, status, payload in self._drain(pool, len(todo)):
+            e = todo[job[0]]
+            if status != "ok":
+                e.baseline = {"ok": False, "problems": [f"baseline job failed: {payload}"]}
+                continue
+            if not payload.get("ok"):
+                self._adopt(e, payload)  # never cached: a fixed scenario or agent must not inherit the failure
+                continue
+            self._adopt(e, _publish(self.cache / f"{self._cache_stem(e)}.json", payload))
+        for e in self.entries:
+            if not e.ok:
+                for problem in e.baseline.get("problems", []):
+                    self.reporter.message(f"BASELINE {e.name}: {problem} (its cases are not run)")
+        if self.options.mode == "exhaustive" and self.options.depth == 2:
+            self._discover_recoveries(pool)
+
+    def _adopt(self, e: Entry, value: Mapping[str, Any]) -> None:
+        e.baseline = {k: value.get(k) for k in ("ok", "problems", "durations", "failures", "case_dirs")}
+        e.baseline["transactions"] = len(value.get("transactions", []))
+        if value.get("ok"):
+            e.points = _points(e, value["transactions"])
+
+    def _discover_recoveries(self, pool: WorkerPool) -> None:
+        first_policy = Exhaustive(("kill",), pinned=False)
+        jobs: dict[int, tuple[Entry, str]] = {}
+        akey = self.agent_key_bugs
+        for e in self.entries:
+            if not e.ok:
+                continue
+            path = self.cache / f"{e.name}-{e.digest}-{akey}-v{CACHE_FORMAT}.recoveries.json"
+            cached = _load_json(path)
+            if cached is not None:
+                self.recoveries[e.name] = cached
+                continue
+            self.recoveries[e.name] = {}
+            for case in first_policy.cases([e.points]):
+                jobs[pool.submit("recovery", e.name, case.schedule[0])[0]] = (e, case.schedule[0])
+        if jobs:
+            self.reporter.message(f"depth 2: discovering the recovery after {len(jobs)} first kill(s)")
+        found: dict[str, dict[str, Any]] = {}
+        for job, status, payload in self._drain(pool, len(jobs)):
+            e, first = jobs[job[0]]
+            if status == "ok" and payload.get("reached"):
+                found.setdefault(e.name, {})[first] = payload["recovery"]
+        for e in self.entries:
+            if e.name in found:
+                path = self.cache / f"{e.name}-{e.digest}-{akey}-v{CACHE_FORMAT}.recoveries.json"
+                self.recoveries[e.name] = _publish(path, found[e.name])
+        for e in self.entries:
+            if e.ok and e.name in self.recoveries:
+                rec = {k: Recovery.from_json(v) for k, v in self.recoveries[e.name].items()}
+                e.points = ScenarioPoints(e.points.scenario, e.points.transactions, e.points.pinned, e.points.tags,
+                                          e.points.runs, e.points.turns, rec)
+
+    def _drain(self, pool: WorkerPool, count: int) -> Iterator[tuple[tuple, str, Any]]:
+        got = 0
+        while got < count:
+            item = pool.next_result(timeout=1.0)
+            if item is not None:
+                got += 1
+                yield item
+
+    # ---- the case list ---------------------------------------------------------------------------------------
+
+    def library(self) -> list[ScenarioPoints]:
+        return [e.points for e in self.entries if e.ok and e.points is not None]
+
+    def cases(self) -> Iterator[CaseSpec]:
+        """The campaign's case list (lazy: random --duration is endless), after ``--shard``."""
+        o = self.options
+        lib = self.library()
+        if o.mode == "random":
+            stream: Iterable[CaseSpec] = Random(o.seed or 0, o.cases, o.max_faults, tuple(o.random_actions)).cases(lib)
+        else:
+            policies: list[Any] = []
+            actions = tuple(a for a in ("kill", "int", "ioerror", "dresume") if a in o.faults)
+            policies.append(Exhaustive(actions, pinned=o.pinned))
+            if "torn" in o.faults or "powerloss" in o.faults:
+                policies.append(Torn(powerloss="powerloss" in o.faults, torn="torn" in o.faults))
+            if o.depth == 2:
+                policies.append(Depth2())
+            stream = _chain(p.cases(lib) for p in policies)
+        if o.shard:
+            k, n = parse_shard(o.shard)
+            stream = shard(stream, k, n)
+        return iter(stream)
+
+    def plan(self) -> dict[str, Any]:
+        """Planned coverage totals (``fact@phase`` → kill points planned) and the case count (None: endless)."""
+        o = self.options
+        points: Counter = Counter()
+        recovery: Counter = Counter()
+        if o.mode == "random":
+            # The space random sampling explores: every baseline transaction at every phase (shared by all shards).
+            for p in self.library():
+                for tx in p.transactions:
+                    for phase in ("before-write", "after-write", "after-sync"):
+                        for fact in dict.fromkeys(tx.facts):
+                            points[f"{fact}@{phase}"] += 1
+            count = None if o.cases is None else sum(1 for _ in self.cases())
+            return {"cases": count, "space": "shared", "points": dict(points), "recovery": {}}
+        count = 0
+        for case, facts, level in self._targets():
+            count += 1
+            if facts is None:
+                continue
+            table = points if level == 1 else recovery
+            for fact in dict.fromkeys(facts):
+                table[f"{fact}@{case.faults[-1].point.phase}"] += 1
+        return {"cases": count, "space": "partition", "points": dict(points), "recovery": dict(recovery)}
+
+    def _targets(self) -> Iterator[tuple[CaseSpec, tuple[str, ...] | None, int]]:
+        """Each case with the facts of the transaction its last fault targets (None for pinned), and its level."""
+        by_name = {p.scenario: p for p in self.library()}
+        for case in self.cases():
+            p = by_name[case.scenario]
+            if case.origin in ("exhaustive", "torn"):
+                yield case, _facts_at(p.transactions, case.faults[0]), 1
+            elif case.origin == "depth2":
+                rec = p.recoveries.get(case.schedule[0])
+                yield case, _facts_at(rec.transactions if rec else (), case.faults[1]), 2
+            else:
+                yield case, None, 1
+
+    # ---- running ---------------------------------------------------------------------------------------------
+
+    def run(self, *, list_only: bool = False) -> CampaignResult | list[str]:
+        o = self.options
+        self.entries = load_library(o.scenarios, o.tags)
+        if list_only:
+            # Listing needs the kill points (cached, or baselines to run) but leaves no campaign directory behind.
+            with tempfile.TemporaryDirectory(prefix="killpoint-list-") as tmp:
+                self.dir = Path(tmp)
+                with WorkerPool(self.worker_config(), o.workers or os.cpu_count() or 1) as pool:
+                    self.discover(pool)
+                return [c.id for c in self.cases()]
+        self._write_params()
+        pool = WorkerPool(self.worker_config(), o.workers or os.cpu_count() or 1)
+        try:
+            self.discover(pool)
+            plan = self.plan()
+            self._write_params(plan)
+            with Journal(self.dir / JOURNAL) as journal:
+                self._dispatch(pool, journal, plan)
+        except KeyboardInterrupt:
+            self.interrupted = True
+        finally:
+            pool.close()
+        result = build_result(read_campaign(self.dir), read_journal(self.dir / JOURNAL), duration=self._elapsed(),
+                              interrupted=self.interrupted)
+        _write_json(self.dir / RESULT, result.to_json())
+        return result
+
+    def _elapsed(self) -> float:
+        return round(time.monotonic() - self.t0 + self.previous, 3)
+
+    def _write_params(self, plan: Mapping[str, Any] | None = None) -> None:
+        params = read_campaign(self.dir) if (self.dir / "campaign.json").exists() else {}
+        if not params:
+            params = {"options": self.options.to_json(), "command": self.command, "versions": versions(),
+                      "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                      "name": self.options.name, "sessions": []}
+        if plan is None:
+            params["sessions"] = [*params.get("sessions", []), {
+                "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "command": self.command}]
+            self.previous = float(params.get("elapsed", 0.0))
+        else:
+            params["plan"] = dict(plan)
+            params["baselines"] = {e.name: {**e.baseline, "file": str(e.path), "digest": e.digest}
+                                   for e in self.entries}
+        write_campaign(self.dir, params)
+
+    def _dispatch(self, pool: WorkerPool, journal: Journal, plan: Mapping[str, Any]) -> None:
+        o = self.options
+        done = len(journal)
+        failures = sum(1 for r in journal if r["status"] == FAIL)
+        total = plan.get("cases")
+        limit = o.duration if o.mode == "random" and o.duration is not None else o.budget
+        if total is not None and o.depth == 2:
+            mean = _mean([d for e in self.entries for d in (e.baseline.get("durations") or [])]) or 1.0
+            workers = o.workers or os.cpu_count() or 1
+            eta = (total - done) * mean * 1.5 / workers  # a case with kills costs ~1.5 baselines (restart + probes)
+            self.reporter.message(f"{total} cases ({done} already done), ETA ~{_hms(eta)} on {workers} worker(s)")
+        self.reporter.start(total, done, failures)
+        cases = self.cases()
+        exhausted = halted = False
+        window = 2 * (o.workers or os.cpu_count() or 1)
+        try:
+            while True:
+                while not (exhausted or halted) and pool.pending < window:
+                    case = next(cases, None)
+                    if case is None:
+                        exhausted = True
+                    elif case.id not in journal:
+                        pool.submit("case", case.id, case.origin, case.index)
+                if pool.pending == 0:
+                    break
+                item = pool.next_result(timeout=1.0)
+                if item is not None:
+                    job, status, payload = item
+                    record = payload if status == "ok" else _error_record(job, status, payload)
+                    record["finished_at"] = round(time.time(), 3)
+                    journal.append(record)
+                    self.reporter.case(record)
+                    if o.fail_fast and record["status"] == FAIL and not halted:
+                        halted = True
+                        pool.cancel_queued()
+                        self.reporter.message("--fail-fast: a failure reproduced; finishing the cases in flight")
+                if limit is not None and not (halted or exhausted) and self._elapsed() > limit:
+                    halted = True
+                    pool.cancel_queued()
+                    self.reporter.message(f"time budget of {_hms(limit)} used up: no more cases are started")
+        finally:
+            self.reporter.stop()
+            params = read_campaign(self.dir)
+            params["elapsed"] = self._elapsed()
+            write_campaign(self.dir, params)
+
+
+def _chain(streams: Iterable[Iterable[CaseSpec]]) -> Iterator[CaseSpec]:
+    seen: set[str] = set()
+    for stream in streams:
+        for case in stream:
+            if case.id not in seen:
+                seen.add(case.id)
+                yield case
+
+
+def _facts_at(transactions: Sequence[Transaction], fault) -> tuple[str, ...] | None:
+    for tx in transactions:
+        if tx.point(fault.point.phase) == fault.point:
+            return tx.facts
+    return None
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _error_record(job: tuple, status: str, payload: Any) -> dict[str, Any]:
+    from chaos.schedules import spec_from_id
+
+    _, kind, args = job
+    cid = args[0]
+    try:
+        spec = spec_from_id(cid, origin=args[1], index=args[2])
+        scenario, schedule = spec.scenario, list(spec.schedule) + [str(f) for f in spec.llm]
+    except ChaosError:
+        scenario, schedule = cid.partition("::")[0], []
+    return {"id": cid, "scenario": scenario, "schedule": schedule, "origin": args[1], "index": args[2],
+            "first": schedule[0] if schedule else "", "status": ERROR, "verdict": status,
+            "detail": str(payload).strip().splitlines()[-1] if payload else status, "harness_error": str(payload),
+            "failures": [], "duration": 0.0, "kills": 0, "restarts": 0, "reached": [], "fired": False, "rules": [],
+            "keys": [], "minimal": None, "case_dir": None, "run": None, "tags": []}
+
+
+def _write_json(path: Path, value: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def default_name() -> str:
+    return "campaign-" + _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
+
+
+def run_campaign(options: CampaignOptions, *, reporter: Reporter | None = None, command: Sequence[str] = (),
+                 resume: str | Path | None = None, list_only: bool = False,
+                 workers: int | None = None) -> CampaignResult | list[str]:
+    """Run (or, with ``resume``, continue) a campaign; ``list_only`` returns the case ids without running them.
+
+    Callers in a script must guard it with ``if __name__ == "__main__":``: workers come from a multiprocessing
+    forkserver, which imports the main module. ``workers`` overrides the stored count on resume (another machine).
+    """
+    reporter = reporter or Reporter()
+    if resume is not None:
+        directory = Path(resume)
+        try:
+            params = read_campaign(directory)
+        except JournalError as exc:
+            raise CampaignError(str(exc)) from None
+        options = CampaignOptions.from_json(params["options"])
+        if workers:
+            options.workers = workers
+        return Campaign(options, directory, reporter, command=command, resume=True).run()
+    options.check()
+    options.name = options.name or default_name()
+    directory = Path(options.out) / options.name
+    if not list_only:
+        if (directory / "campaign.json").exists():
+            raise CampaignError(f"{directory}: a campaign already ran here; continue it with --resume {directory} "
+                                "or choose another --name")
+        directory.mkdir(parents=True, exist_ok=True)
+    return Campaign(options, directory, reporter, command=command).run(list_only=list_only)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The result
+
+
+@dataclass
+class CampaignResult:
+    """The machine-readable result of a campaign (``result.json``); ``chaos.report`` renders it.
+
+    ``records`` (the journal's case records, in journal order) is not part of ``to_json()``: the journal is.
+    """
+
+    name: str
+    mode: str
+    depth: int
+    seed: int | None
+    shard: str | None
+    command: list[str]
+    agent: dict[str, Any]
+    started: str
+    duration: float
+    complete: bool
+    interrupted: bool
+    cases: dict[str, int]
+    kills: int
+    restarts: int
+    cases_per_second: float
+    failures_by_invariant: dict[str, int]
+    failures: list[dict[str, Any]]
+    flaky: list[dict[str, Any]]
+    errors: list[dict[str, Any]]
+    coverage: dict[str, Any]
+    baselines: dict[str, Any]
+    versions: dict[str, Any]
+    shards: list[str] = field(default_factory=list)
+    records: list[dict[str, Any]] = field(default_factory=list, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        """No reproduced failure, no harness error, every baseline sound."""
+        return (self.cases.get(FAIL, 0) == 0 and self.cases.get(ERROR, 0) == 0
+                and all(b.get("ok") for b in self.baselines.values()))
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.pop("records")
+        return out
+
+
+def build_result(params: Mapping[str, Any], records: Mapping[str, Mapping[str, Any]] | Sequence[Mapping[str, Any]],
+                 *, duration: float, interrupted: bool = False, shards: Sequence[str] = ()) -> CampaignResult:
+    """The result of a campaign from its parameters (``campaign.json``) and its journal records. Pure."""
+    recs = list(records.values()) if isinstance(records, Mapping) else list(records)
+    options = CampaignOptions.from_json(params.get("options", {}))
+    plan = params.get("plan", {})
+    counts = Counter(r["status"] for r in recs)
+    planned = plan.get("cases")
+    cases = {"planned": planned if planned is not None else len(recs), "done": len(recs),
+             **{s: counts.get(s, 0) for s in (PASS, FAIL, FLAKY, NOT_REACHED, ERROR)}}
+    cases["not_run"] = max(0, cases["planned"] - len(recs)) if planned is not None else 0
+    by_invariant: Counter = Counter()
+    groups: dict[tuple[str, ...], dict[str, Any]] = {}
+    for r in recs:
+        if r["status"] != FAIL:
+            continue
+        for inv in dict.fromkeys(f["invariant"] for f in r.get("failures", [])):
+            by_invariant[inv] += 1
+        for key in r.get("keys") or []:
+            g = groups.setdefault(tuple(key), {
+                "invariant": key[0], "action": key[1], "fact": key[2], "count": 0, "cases": [],
+                "minimal": r.get("minimal") or r.get("schedule"), "example": r["id"],
+                "message": next((f["message"] for f in r["failures"] if f["invariant"] == key[0]), ""),
+            })
+            g["count"] += 1
+            g["cases"].append(r["id"])
+            # Keep the shortest minimal schedule seen for the group: the best reproduction.
+            mine = r.get("minimal") or r.get("schedule")
+            if mine and len(mine) < len(g["minimal"] or []):
+                g["minimal"], g["example"] = mine, r["id"]
+    flaky = [{"id": r["id"], "invariants": list(dict.fromkeys(f["invariant"] for f in r.get("failures", []))),
+              "rerun": r.get("rerun")} for r in recs if r["status"] == FLAKY]
+    errors = [{"id": r["id"], "detail": r.get("detail", "")} for r in recs if r["status"] == ERROR]
+    duration = max(duration, 1e-9)
+    return CampaignResult(
+        name=str(params.get("name") or options.name),
+        mode=options.mode,
+        depth=options.depth,
+        seed=options.seed,
+        shard=options.shard,
+        command=list(params.get("command", [])),
+        agent={k: options.agent.get(k) for k in ("name", "bugs", "command", "config") if k in options.agent},
+        started=str(params.get("started", "")),
+        duration=round(duration, 3),
+        complete=not interrupted and cases["not_run"] == 0 and planned is not None,
+        interrupted=interrupted,
+        cases=cases,
+        kills=sum(int(r.get("kills", 0)) for r in recs),
+        restarts=sum(int(r.get("restarts", 0)) for r in recs),
+        cases_per_second=round(len(recs) / duration, 3),
+        failures_by_invariant=dict(by_invariant.most_common()),
+        failures=sorted(groups.values(), key=lambda g: (-g["count"], g["invariant"], g["action"], g["fact"])),
+        flaky=flaky,
+        errors=errors,
+        coverage=coverage(plan, recs),
+        baselines=dict(params.get("baselines", {})),
+        versions=dict(params.get("versions", {})),
+        shards=list(shards),
+        records=recs,
+    )
+
+
+def coverage(plan: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Kill points reached per ``fact@phase`` (first level and, at depth 2, during recovery) and planner rules.
+
+    A point counts as reached once per distinct target (scenario and fault texts), so random mode's repeats and
+    merged shards do not inflate it. ``rules`` counts restarts per SPEC §14.4 rule; ``rules_unreached`` lists the
+    rules no restart of this campaign exercised.
+    """
+    reached: dict[str, set[str]] = {"points": set(), "recovery": set()}
+    per_key: dict[str, dict[str, set[str]]] = {"points": {}, "recovery": {}}
+    rules: Counter = Counter()
+    for r in records:
+        rules.update(r.get("rules") or [])
+        landed = r.get("reached") or []
+        if not landed or r.get("status") == ERROR:
+            continue
+        origin = r.get("origin")
+        if origin in ("exhaustive", "torn", "random") and r.get("fired", True):
+            target = landed[0] if origin == "random" else landed[-1]
+            table, ident = "points", f"{r['scenario']}::{target['point']}"
+        elif origin == "depth2" and r.get("fired") and len(landed) >= 2:
+            target, table, ident = landed[-1], "recovery", f"{r['scenario']}::{r['schedule'][0]}+{landed[-1]['point']}"
+        else:
+            continue
+        for fact in dict.fromkeys(target["facts"]):
+            per_key[table].setdefault(f"{fact}@{target['phase']}", set()).add(ident)
+        reached[table].add(ident)
+    out: dict[str, Any] = {}
+    for table in ("points", "recovery"):
+        totals = dict(plan.get(table, {}))
+        keys = sorted(set(totals) | set(per_key[table]), key=_coverage_order)
+        out[table] = {k: {"reached": len(per_key[table].get(k, ())), "total": int(totals.get(k, 0))} for k in keys}
+    out["rules"] = {rule: rules[rule] for rule in PLANNER_RULES if rules[rule]}
+    out["rules"].update({rule: n for rule, n in rules.items() if rule not in PLANNER_RULES})
+    out["rules_unreached"] = [rule for rule in PLANNER_RULES if not rules[rule]]
+    return out
+
+
+def _coverage_order(key: str) -> tuple[int, int]:
+    from chaos.faults import FACT_NAMES, PHASES
+
+    fact, _, phase = key.partition("@")
+    return (FACT_NAMES.index(fact) if fact in FACT_NAMES else 99, PHASES.index(phase) if phase in PHASES else 9)
+
+
+def coverage_lines(cov: Mapping[str, Any]) -> list[str]:
+    """Human lines: ``toolStarted@after-sync: 14/14 reached`` per point, then the planner rules."""
+    lines = []
+    for table, title in (("points", "kill points"), ("recovery", "kill points during recovery (depth 2)")):
+        rows = cov.get(table) or {}
+        if rows:
+            lines.append(f"{title}:")
+            lines += [f"  {k}: {v['reached']}/{v['total']} reached" for k, v in rows.items()]
+    rules = cov.get("rules") or {}
+    if rules:
+        lines.append("planner rules on restart: " + ", ".join(f"{k}×{v}" for k, v in rules.items()))
+    if cov.get("rules_unreached"):
+        lines.append("planner rules never reached on restart: " + ", ".join(cov["rules_unreached"]))
+    return lines
+
+
+def summary_lines(result: CampaignResult, directory: Path | None = None) -> list[str]:
+    """The end-of-campaign summary printed by the CLI."""
+    c = result.cases
+    lines = [
+        f"campaign {result.name}: {c['done']}/{c['planned']} cases in {_hms(result.duration)} "
+        f"({result.cases_per_second:.2f} cases/s), {result.kills} kills, {result.restarts} restarts",
+        f"  pass {c[PASS]}, fail {c[FAIL]}, flaky {c[FLAKY]}, not reached {c[NOT_REACHED]}, error {c[ERROR]}"
+        + (f", not run {c['not_run']}" if c.get("not_run") else ""),
+    ]
+    for name, b in result.baselines.items():
+        if not b.get("ok"):
+            lines.append(f"  BASELINE {name}: " + "; ".join(b.get("problems") or ["failed"]))
+    for g in result.failures:
+        lines.append(f"  FAIL {g['invariant']} ({g['action']} at {g['fact']}) ×{g['count']}: "
+                     f"minimal {'+'.join(g['minimal'] or [])}  e.g. {g['example']}")
+    for f in result.flaky:
+        lines.append(f"  FLAKY {f['id']} ({', '.join(f['invariants'])} did not reproduce on re-run)")
+    for e in result.errors:
+        lines.append(f"  ERROR {e['id']}: {e['detail']}")
+    lines += ["  " + line for line in coverage_lines(result.coverage)]
+    if directory is not None:
+        lines.append(f"  journal and result: {directory}")
+    return lines
+
+
+def merge_journals(dirs: Sequence[str | Path]) -> CampaignResult:
+    """One result from several campaign directories (the shards of one campaign, e.g. one per CI job).
+
+    Case records are joined by id (a case found in two journals counts once); planned totals add up for
+    partitioned shards and are taken once for random mode (every shard samples the same space); the duration is
+    the longest shard's (shards run side by side).
+    """
+    if not dirs:
+        raise CampaignError("report merge: give at least one campaign directory")
+    records: dict[str, dict[str, Any]] = {}
+    params_list = []
+    durations = []
+    for d in dirs:
+        d = Path(d)
+        try:
+            params = read_campaign(d)
+            journal = read_journal(d / JOURNAL)
+        except JournalError as exc:
+            raise CampaignError(str(exc)) from None
+        params_list.append(params)
+        for cid, rec in journal.items():
+            records.setdefault(cid, rec)
+        previous = _load_json(d / RESULT)
+        durations.append(float(previous["duration"]) if previous else float(params.get("elapsed", 0.0)))
+    first = dict(params_list[0])
+    plans = [p.get("plan", {}) for p in params_list]
+    merged_plan: dict[str, Any] = dict(plans[0])
+    if merged_plan.get("space") == "partition":
+        for table in ("points", "recovery"):
+            total: Counter = Counter()
+            for p in plans:
+                total.update(p.get(table, {}))
+            merged_plan[table] = dict(total)
+        counts = [p.get("cases") for p in plans]
+        merged_plan["cases"] = None if any(c is None for c in counts) else sum(counts)
+    baselines: dict[str, Any] = {}
+    for p in params_list:
+        baselines.update(p.get("baselines", {}))
+    first["plan"], first["baselines"] = merged_plan, baselines
+    options = dict(first.get("options", {}))
+    options["shard"] = None
+    first["options"] = options
+    return build_result(first, records, duration=max(durations) if durations else 0.0,
+                        shards=[str(Path(d)) for d in dirs])
+
+
+def write_merged(dirs: Sequence[str | Path], out: str | Path) -> CampaignResult:
+    """``chaos report merge``'s data side: the merged journal, ``campaign.json`` and ``result.json`` in ``out``."""
+    result = merge_journals(dirs)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    if (out / JOURNAL).exists():
+        raise CampaignError(f"{out}: already holds a journal; merge into a new directory")
+    params = dict(read_campaign(dirs[0]))
+    params["plan"] = {"cases": result.cases["planned"], "space": "partition",
+                      "points": {k: v["total"] for k, v in result.coverage["points"].items()},
+                      "recovery": {k: v["total"] for k, v in result.coverage["recovery"].items()}}
+    params["baselines"] = result.baselines
+    params["options"] = {**params.get("options", {}), "shard": None}
+    params["merged_from"] = [str(Path(d).resolve()) for d in dirs]
+    params["elapsed"] = result.duration
+    write_campaign(out, params)
+    with Journal(out / JOURNAL) as journal:
+        for record in result.records:
+            journal.append(record)
+    _write_json(out / RESULT, result.to_json())
+    return result

@@ -1,0 +1,592 @@
+"""Campaign workers: a small process pool, and the jobs a worker runs (baseline, recovery discovery, one case).
+
+Why processes and not threads: the harness's own work per case (barrier bookkeeping, the oracle re-reading logs)
+is Python, and a nightly machine has many cores; one worker process per core, each with its *own* scripted model
+server (its own port, ``chaos.case.shared_server``), keeps them independent. Workers come from a ``forkserver``
+(forked from a clean single-threaded server, never from the campaign process after its progress thread started).
+
+Modelled on pytest-xdist's worker controller: the pool hands out one job at a time per worker; a worker that dies
+while running job X (OOM kill, a harness bug that segfaults) is not an exception in the campaign — it becomes an
+``error`` record for X ("worker died while running X") and a fresh worker takes its place.
+
+If the campaign process itself is SIGKILLed, its workers must not live on: each worker asks the kernel for SIGKILL
+when its parent (the forkserver, which exits when the campaign dies) goes away (``PR_SET_PDEATHSIG``), and an
+agent left at a barrier loses its checkpoint channel and exits by itself (protocol: exit 7).
+
+A case job (``run_case_job``) is the whole life of a case: run it; on failure re-run it once (a failure that does
+not reproduce is ``flaky``, reported separately); shrink a reproduced failure while the same invariant fails; and
+return one JSON-ready record for the journal. Which planner rule fired on each restart is computed here too, from
+the reference planner on the log as the restart found it (coverage).
+
+Not here: which cases to run, journaling, results (``chaos.campaign``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import multiprocessing
+import os
+import shutil
+import signal
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import Any
+
+# Statuses of a campaign case (the report's vocabulary, chaos.report).
+PASS, FAIL, FLAKY, NOT_REACHED, ERROR = "pass", "fail", "flaky", "not-reached", "error"
+_PR_SET_PDEATHSIG = 1
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The worker's context: what every job needs, built once per worker process
+
+
+@dataclass
+class WorkerConfig:
+    """Picklable description of a worker's world (plain data only: paths, dicts)."""
+
+    scenarios: dict[str, str]  # scenario name -> file path
+    agent: dict[str, Any]  # chaos.case.AgentSpec fields
+    cache: str  # directory of the kill-point cache (baseline facts per scenario)
+    cache_keys: dict[str, str]  # scenario name -> cache file stem
+    work: str  # where case directories go
+    limits: dict[str, float] = field(default_factory=dict)
+    shrink: bool = True
+    shrink_calls: int = 30
+    keep: str = "failing"
+
+
+class Context:
+    """Per-process state: loaded scenarios, provider-fault variants and their baselines (memoized)."""
+
+    def __init__(self, config: WorkerConfig):
+        from chaos.case import AgentSpec
+        from chaos.supervisor import Limits
+
+        self.config = config
+        agent = dict(config.agent)
+        self.agent = AgentSpec(command=tuple(agent["command"]), env=tuple(tuple(p) for p in agent.get("env", ())),
+                               bugs=tuple(agent.get("bugs", ())), bundled=bool(agent.get("bundled", True)),
+                               name=str(agent.get("name", "bundled")))
+        self.limits = Limits(**config.limits) if config.limits else Limits()
+        self.work = Path(config.work)
+        self._scenarios: dict[str, Any] = {}
+        self._variants: dict[tuple[str, tuple[str, ...]], tuple[Any, Any]] = {}
+
+    def scenario(self, name: str):
+        if name not in self._scenarios:
+            from chaos.scenario import load_scenario
+
+            self._scenarios[name] = load_scenario(self.config.scenarios[name])
+        return self._scenarios[name]
+
+    def baseline_facts(self, name: str):
+        """The cached crash-free baseline facts of scenario ``name`` (written by discovery before any case)."""
+        from chaos import oracle
+
+        path = Path(self.config.cache) / f"{self.config.cache_keys[name]}.json"
+        value = json.loads(path.read_text(encoding="utf-8"))
+        return oracle.BaselineFacts.from_json(value["facts"])
+
+    def variant(self, name: str, llm: Sequence[Any]):
+        """(scenario, baseline facts) for ``name`` with provider faults ``llm`` injected (memoized per process)."""
+        key = (name, tuple(str(f) for f in llm))
+        if key not in self._variants:
+            if not llm:
+                self._variants[key] = (self.scenario(name), self.baseline_facts(name))
+            else:
+                self._variants[key] = provider_variant(self, self.scenario(name), llm)
+        return self._variants[key]
+
+
+def provider_variant(ctx: Context, scenario, llm: Sequence[Any]):
+    """The scenario with provider faults injected, and its own crash-free baseline.
+
+    A provider fault changes what the crash-free run does (the step fails live), so the scenario's default
+    expectation no longer applies. The variant's default outcome is what its own crash-free run with the correct
+    agent ends with (differential testing); answer, file and effect expectations are dropped, and the scenario's
+    conditional rules (which are about the durable state at the kill) are kept. The baseline is judged again with
+    that expectation — by the oracle, on the same evidence, without re-running it.
+    """
+    from chaos import case, oracle
+    from chaos.scenario import Expect, ProviderFault
+
+    runs = list(scenario.runs)
+    for f in llm:
+        r = f.run - 1
+        if r >= len(runs):
+            continue
+        run = runs[r]
+        fault = ProviderFault(kind=f.kind, status=f.status, seconds=0.05 if f.kind == "delay" else None)
+        if f.turn == "summary":
+            if run.compact is not None:
+                runs[r] = run.model_copy(update={"compact": run.compact.model_copy(update={"fault": fault})})
+            continue
+        turns = list(run.turns)
+        if f.turn - 1 < len(turns):
+            turns[f.turn - 1] = turns[f.turn - 1].model_copy(update={"fault": fault})
+            runs[r] = run.model_copy(update={"turns": turns})
+    variant = scenario.model_copy(update={"runs": runs})
+    tag = hashlib.sha256("+".join(str(f) for f in llm).encode()).hexdigest()[:10]
+    result, evidence, _ = case._execute(variant, (), work_dir=ctx.work / "variants", agent=ctx.agent.without_bugs(),
+                                        baseline=None, server=None, limits=ctx.limits, probes=2, keep="none",
+                                        name=f"{scenario.name}-{tag}")
+    if evidence is None:
+        return variant, oracle.BaselineFacts([], {}, {}, False)
+    outcome = oracle.final_outcome(evidence, evidence.final.state())
+    expect = Expect(outcome=outcome if outcome.split(":")[0] in ("completed", "aborted", "failed", "blocked")
+                    else "completed", when=list(scenario.expect.when))
+    variant = variant.model_copy(update={"expect": expect})
+    evidence.expect = expect
+    results = oracle.check(evidence)
+    facts = oracle.baseline_facts(evidence, results)
+    return variant, facts
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Jobs
+
+
+def discover_baseline(ctx: Context, name: str, runs: int = 2) -> dict[str, Any]:
+    """Run the crash-free baseline ``runs`` times with the correct agent; its transactions, facts, and agreement.
+
+    Determinism check: every run must pass every invariant and all runs must announce the same transactions and
+    leave the same normalized log (ids renamed, timestamps ignored); otherwise the scenario's cases are not run.
+    """
+    from chaos import case, oracle
+    from chaos.schedules import Transaction, utf8_cut
+
+    scenario = ctx.scenario(name)
+    seen = []
+    for i in range(runs):
+        result, evidence, run = case._execute(scenario, (), work_dir=ctx.work / "baselines",
+                                              agent=ctx.agent.without_bugs(), baseline=None, server=None,
+                                              limits=ctx.limits, probes=2, keep="failing",
+                                              name=f"{name}-baseline-{i + 1}")
+        facts = (oracle.baseline_facts(evidence, result.invariants) if evidence is not None
+                 else oracle.BaselineFacts([], {}, {}, False))
+        facts.ok = facts.ok and result.ok
+        seen.append((result, facts, run))
+    result, facts, run = seen[0]
+    data = {a.tx: a.data for a in run.acknowledged}
+    starts = {b.tx: b.offset for b in run.barriers if b.phase == "before-write"}
+    transactions = []
+    for b in run.barriers:
+        if b.phase != "after-write":
+            continue
+        raw = data.get(b.tx, b"")
+        transactions.append(Transaction(b.tx, tuple(b.facts), tuple(b.ordinals.items()),
+                                        b.offset - starts.get(b.tx, b.offset), utf8_cut(raw)).to_json())
+    problems = []
+    for i, (r, f, _) in enumerate(seen, start=1):
+        if not r.ok:
+            failed = ", ".join(x.name for x in r.failed) or r.verdict
+            problems.append(f"baseline run {i} did not pass ({failed}): {r.detail}")
+    layouts = [[(b.phase, tuple(b.facts)) for b in r.barriers] for _, _, r in seen]
+    if any(layout != layouts[0] for layout in layouts[1:]):
+        problems.append("baseline runs disagree: they announced different transactions")
+    elif any(_comparable(f.normalized) != _comparable(facts.normalized) for _, f, _ in seen[1:]):
+        problems.append("baseline runs disagree: their final logs differ (ids renamed, timestamps ignored)")
+    return {
+        "transactions": transactions,
+        "facts": facts.to_json(),
+        "ok": not problems,
+        "problems": problems,
+        "durations": [r.duration for r, _, _ in seen],
+        "failures": [_failure_json(x) for r, _, _ in seen for x in r.failed],
+        "case_dirs": [r.case_dir for r, _, _ in seen if r.case_dir],
+    }
+
+
+# Digests computed over entry ids (SPEC §8: a compaction's sourceDigest covers sourceEntryId) differ between two
+# runs of the same work because the ids (UUIDv7) do; the ids themselves are renamed by normalize_log, these are not.
+_ID_DERIVED = frozenset({"sourceDigest"})
+
+
+def _comparable(value: Any) -> Any:
+    """A normalized log with id-derived digests masked, for run-to-run agreement."""
+    if isinstance(value, list):
+        return [_comparable(v) for v in value]
+    if isinstance(value, dict):
+        return {k: "<id-derived>" if k in _ID_DERIVED else _comparable(v) for k, v in value.items()}
+    return value
+
+
+def discover_recovery(ctx: Context, name: str, first: str) -> dict[str, Any]:
+    """Run ``first`` once and report the durable state the restart found and the transactions recovery announced."""
+    from chaos import case, oracle
+    from chaos.schedules import Recovery, Transaction
+
+    scenario = ctx.scenario(name)
+    result, evidence, run = case._execute(scenario, (first,), work_dir=ctx.work / "discovery", agent=ctx.agent,
+                                          baseline=None, server=None, limits=ctx.limits, probes=0, keep="none",
+                                          name=None)
+    if not run.faults:
+        return {"first": first, "reached": False}
+    fired = run.faults[0].barrier
+    snapshot = evidence.kills[0].snapshot if evidence is not None and evidence.kills else b""
+    # Ids and timestamps differ run to run; the durable *state* is the log with them normalized.
+    normalized = json.dumps(_comparable(oracle.normalize_log(snapshot)), sort_keys=True)
+    state = "sha256:" + hashlib.sha256(normalized.encode()).hexdigest()
+    transactions = [Transaction(b.tx, tuple(b.facts), tuple(b.ordinals.items()), 0, None)
+                    for b in run.barriers[fired + 1:] if b.phase == "before-write"]
+    return {"first": first, "reached": True, "recovery": Recovery(state, tuple(transactions)).to_json()}
+
+
+def _failure_json(inv) -> dict[str, Any]:
+    findings = [f.text() for f in inv.findings]
+    return {"invariant": inv.name, "message": findings[0] if findings else "failed",
+            "evidence": [f.to_json() for f in inv.findings]}
+
+
+@dataclass
+class Outcome:
+    """One execution of a case spec, reduced to what the campaign needs."""
+
+    status: str
+    failures: list[dict[str, Any]]
+    result: Any  # chaos.case.CaseResult
+    evidence: Any
+    run: Any  # chaos.records.CaseRun
+
+    @property
+    def invariants(self) -> list[str]:
+        return list(dict.fromkeys(f["invariant"] for f in self.failures))
+
+
+def execute(ctx: Context, spec, *, name: str | None = None, keep: str | None = None, probes: int = 2) -> Outcome:
+    """Run one case spec (kill faults + provider faults) and classify it."""
+    from chaos import case, records
+
+    scenario, facts = ctx.variant(spec.scenario, spec.llm)
+    result, evidence, run = case._execute(scenario, spec.schedule, work_dir=ctx.work, agent=ctx.agent,
+                                          baseline=facts, server=None, limits=ctx.limits, probes=probes,
+                                          keep=keep or ctx.config.keep, name=name)
+    failures: list[dict[str, Any]] = []
+    if result.status == case.PASS:
+        status = PASS
+    elif result.status == case.FAIL:
+        status = FAIL
+        failures = [_failure_json(x) for x in result.failed]
+        if not failures:  # every invariant held but the agent did not settle (crash, exit 70, ...)
+            failures = [{"invariant": "agent-exit", "message": f"{result.verdict}: {result.detail}",
+                         "evidence": {"verdict": result.verdict}}]
+    elif result.status in (records.HANG, records.PROTOCOL_ERROR, records.CRASH):
+        status = FAIL
+        failures = [{"invariant": result.status, "message": result.detail, "evidence": {"verdict": result.verdict}}]
+    elif result.status in (records.NOT_REACHED, records.NOT_APPLICABLE):
+        status = NOT_REACHED
+    else:
+        status = ERROR
+    return Outcome(status, failures, result, evidence, run)
+
+
+def canonical_name(facts: Sequence[str], ordinals: Mapping[str, int], phase: str) -> str:
+    """The canonical kill-point text of a barrier (the naming rule of ``chaos.schedules.Transaction``)."""
+    from chaos.schedules import Transaction
+
+    tx = Transaction(0, tuple(facts), tuple(ordinals.items()))
+    return str(tx.point(phase))
+
+
+def reached(run) -> list[dict[str, Any]]:
+    """Where each fired fault landed: its text, the canonical name of that barrier, its phase and facts."""
+    out = []
+    for f in run.faults:
+        b = run.barriers[f.barrier]
+        out.append({"fault": f.fault, "action": f.action, "point": canonical_name(b.facts, b.ordinals, b.phase),
+                    "phase": b.phase, "facts": list(b.facts), "tx": b.tx})
+    return out
+
+
+def restart_rules(evidence) -> list[str]:
+    """The SPEC §14.4 rule the reference planner picks on the log each restart found (one per SIGKILL)."""
+    if evidence is None:
+        return []
+    from agent.errors import AgentError
+    from agent.session.planner import plan_rule
+    from agent.session.reducer import reduce_session
+
+    rules = []
+    for kill in evidence.kills:
+        after = [l for l in evidence.launches if l.index > kill.launch and l.role in ("resume", "dresume", "again",
+                                                                                       "abort", "step")]
+        current = after[0].current if after else None
+        if current is None:
+            continue
+        try:
+            rules.append(plan_rule(reduce_session(kill.snapshot), current))
+        except (AgentError, ValueError, KeyError):
+            rules.append("unplannable")  # the prefix does not reduce: log-reduces reports it with evidence
+    return rules
+
+
+def failure_keys(failures: Sequence[Mapping], spec, landed: Sequence[Mapping]) -> list[list[str]]:
+    """Dedup keys ``[invariant, fault action, fact name]``, fault = the spec's last fault (the one that matters)."""
+    if spec.faults:
+        last = spec.faults[-1]
+        action = last.action
+        where = next((r for r in reversed(landed) if r["fault"] == str(last)), None)
+        fact = where["point"].split("@")[0] if where else (last.point.fact or f"tx:{last.point.tx}")
+    elif spec.llm:
+        action, fact = "llm", spec.llm[-1].kind
+    else:
+        action, fact = "none", "none"
+    return [list(k) for k in dict.fromkeys((f["invariant"], action, fact) for f in failures)]
+
+
+def run_case_job(ctx: Context, case_id: str, origin: str, index: int) -> dict[str, Any]:
+    """The whole life of one case: run, re-run on failure, shrink; returns the journal record."""
+    from chaos.case import case_slug
+    from chaos.schedules import spec_from_id
+
+    spec = spec_from_id(case_id, origin=origin, index=index)
+    slug = case_slug(case_id)
+    first = execute(ctx, spec, name=slug)
+    record = _record(ctx, spec, first)
+    if first.status != FAIL:
+        return record
+    again = execute(ctx, spec, name=f"{slug}.rerun")
+    record["rerun"] = {"status": again.status, "invariants": again.invariants,
+                       "case_dir": _rel(ctx, again.result.case_dir)}
+    common = [i for i in first.invariants if i in again.invariants]
+    if not common:
+        record["status"] = FLAKY
+        return record
+    if ctx.config.shrink:
+        record.update(_shrink(ctx, spec, common[0], slug))
+        if record["minimal_id"] == spec.id:  # already minimal: the first run's directory is the minimal case's
+            record["minimal_case_dir"], record["minimal_reached"] = record["case_dir"], record["reached"]
+    minimal = spec_from_id(record["minimal_id"], origin="shrunk") if record.get("minimal_id") else spec
+    record["keys"] = failure_keys(record["failures"], minimal, record.get("minimal_reached") or record["reached"])
+    return record
+
+
+def _shrink(ctx: Context, spec, invariant: str, slug: str) -> dict[str, Any]:
+    from chaos.shrink import shrink
+
+    shrink_dir = f"{slug}.shrink"
+    kept: dict[str, Outcome] = {}
+
+    def still_fails(candidate) -> bool:
+        outcome = execute(ctx, candidate, name=f"{shrink_dir}/{len(kept) + 1:02d}")
+        kept[candidate.id] = outcome
+        return invariant in outcome.invariants
+
+    result = shrink(spec, still_fails, max_calls=ctx.config.shrink_calls)
+    minimal = kept.get(result.case.id)
+    for cid, outcome in kept.items():  # keep the minimal case's directory only
+        if cid != result.case.id and outcome.result.case_dir:
+            shutil.rmtree(outcome.result.case_dir, ignore_errors=True)
+    out: dict[str, Any] = {
+        "minimal": list(result.case.schedule) + [str(f) for f in result.case.llm],
+        "minimal_id": result.case.id,
+        "shrink": {"invariant": invariant, "calls": result.calls, "steps": result.steps,
+                   "exhausted": result.exhausted},
+    }
+    if minimal is not None:
+        out["minimal_case_dir"] = _rel(ctx, minimal.result.case_dir)
+        out["minimal_reached"] = reached(minimal.run)
+    return out
+
+
+def _rel(ctx: Context, path: str | None) -> str | None:
+    if not path:
+        return None
+    try:
+        return str(Path(path).relative_to(ctx.work.parent))
+    except ValueError:
+        return path
+
+
+def _record(ctx: Context, spec, outcome: Outcome) -> dict[str, Any]:
+    result, run = outcome.result, outcome.run
+    landed = reached(run)
+    restarts = sum(1 for l in run.launches if l.role in ("resume", "dresume"))
+    record: dict[str, Any] = {
+        "id": spec.id,
+        "scenario": spec.scenario,
+        "schedule": list(spec.schedule) + [str(f) for f in spec.llm],
+        "origin": spec.origin,
+        "index": spec.index,
+        "first": spec.first,
+        "status": outcome.status,
+        "verdict": result.verdict,
+        "detail": result.detail,
+        "failures": outcome.failures,
+        "duration": result.duration,
+        "kills": result.kills,
+        "restarts": restarts,
+        "launches": result.launches,
+        "requests": result.requests,
+        "reached": landed,
+        "fired": len(run.faults) == len(spec.faults),
+        "rules": restart_rules(outcome.evidence),
+        "case_dir": _rel(ctx, result.case_dir),
+        "bugs": list(ctx.agent.bugs),
+        "tags": list(ctx.scenario(spec.scenario).tags),
+        "minimal": None,
+        "keys": failure_keys(outcome.failures, spec, landed),
+        "run": run.to_json() if outcome.status == FAIL else None,
+    }
+    return record
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The worker process and the pool
+
+
+def _die_with_parent() -> None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: the campaign's own cleanup is all there is
+        pass
+
+
+def worker_main(config: WorkerConfig, conn: Connection) -> None:
+    """Worker loop: receive ``(job_id, kind, args)``, send ``(job_id, "ok"|"error", payload)``; ``None`` stops it."""
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the campaign's to handle, not each worker's
+    ctx = Context(config)
+    jobs: dict[str, Callable[..., dict[str, Any]]] = {
+        "baseline": lambda name: discover_baseline(ctx, name),
+        "recovery": lambda name, first: discover_recovery(ctx, name, first),
+        "case": lambda cid, origin, index: run_case_job(ctx, cid, origin, index),
+    }
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return
+        if message is None:
+            return
+        job_id, kind, args = message
+        try:
+            payload = jobs[kind](*args)
+            conn.send((job_id, "ok", payload))
+        except Exception:  # a harness defect: report it as this job's error, keep the worker alive
+            conn.send((job_id, "error", traceback.format_exc(limit=8)))
+
+
+@dataclass
+class _Worker:
+    process: Any
+    conn: Connection
+    job: tuple | None = None
+
+
+class WorkerPool:
+    """``size`` worker processes; ``submit`` queues jobs, ``results`` yields ``(job, status, payload)`` as they end.
+
+    A worker that dies mid-job yields ``(job, "died", message)`` for that job and is replaced.
+    """
+
+    def __init__(self, config: WorkerConfig, size: int):
+        self.config = config
+        self.size = max(1, size)
+        self.ctx = multiprocessing.get_context("forkserver")
+        self.workers: list[_Worker] = []
+        self.queue: list[tuple] = []
+        self._next = 0
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _spawn(self) -> _Worker:
+        parent, child = self.ctx.Pipe()
+        process = self.ctx.Process(target=worker_main, args=(self.config, child), daemon=True)
+        process.start()
+        child.close()
+        worker = _Worker(process, parent)
+        self.workers.append(worker)
+        return worker
+
+    def submit(self, kind: str, *args: Any) -> tuple:
+        job = (self._next, kind, args)
+        self._next += 1
+        self.queue.append(job)
+        return job
+
+    @property
+    def busy(self) -> int:
+        return sum(1 for w in self.workers if w.job is not None)
+
+    @property
+    def pending(self) -> int:
+        return len(self.queue) + self.busy
+
+    def _dispatch(self) -> None:
+        while self.queue:
+            idle = next((w for w in self.workers if w.job is None), None)
+            if idle is None:
+                if len(self.workers) >= self.size:
+                    return
+                idle = self._spawn()
+            job = self.queue.pop(0)
+            idle.job = job
+            idle.conn.send(job)
+
+    def next_result(self, timeout: float | None = None) -> tuple[tuple, str, Any] | None:
+        """Wait for one finished job (None on timeout or when nothing is pending)."""
+        self._dispatch()
+        active = [w for w in self.workers if w.job is not None]
+        if not active:
+            return None
+        handles = [w.conn for w in active] + [w.process.sentinel for w in active]
+        ready = wait(handles, timeout)
+        for w in active:
+            if w.conn in ready:
+                try:
+                    job_id, status, payload = w.conn.recv()
+                except (EOFError, OSError):
+                    return self._died(w)
+                job, w.job = w.job, None
+                self._dispatch()
+                return job, status, payload
+        for w in active:
+            if w.process.sentinel in ready:
+                return self._died(w)
+        return None
+
+    def _died(self, w: _Worker) -> tuple[tuple, str, Any]:
+        job = w.job
+        w.process.join(1)
+        code = w.process.exitcode
+        self.workers.remove(w)
+        w.conn.close()
+        self._dispatch()
+        return job, "died", f"worker process died (exit {code}) while running {job[1]} {job[2]}"
+
+    def cancel_queued(self) -> list[tuple]:
+        """Drop jobs not started yet (fail-fast, budget) and return them."""
+        dropped, self.queue = self.queue, []
+        return dropped
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop every worker: a polite ``None``, then SIGKILL for any that does not exit (e.g. mid-case)."""
+        for w in self.workers:
+            if w.job is None:
+                try:
+                    w.conn.send(None)
+                except OSError:
+                    pass
+        for w in self.workers:
+            if w.job is not None:
+                # A worker mid-case would finish it first; its case is not journaled, so nothing is lost by killing
+                # it now (resume runs the case again). Its agents lose their checkpoint channel and exit.
+                w.process.kill()
+            w.process.join(timeout)
+            if w.process.is_alive():
+                w.process.kill()
+                w.process.join(timeout)
+            w.conn.close()
+        self.workers.clear()

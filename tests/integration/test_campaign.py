@@ -1,0 +1,211 @@
+"""End-to-end tests of ``chaos campaign``: the real agent, real worker processes, real SIGKILL of the harness itself.
+
+Scenarios are the two small files in ``tests/integration/campaign/`` (so the case counts here do not move when the
+bundled library grows); the kill-point cache is shared by the module's tests, as it is by the shards of a campaign.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from chaos.campaign import CampaignOptions, agent_from_config, bundled_agent, merge_journals, run_campaign, write_merged
+from chaos.journal import read_journal, read_lines
+from chaos.schedules import spec_from_id
+from tests.agents import HERE as AGENTS
+
+SCENARIOS = Path(__file__).resolve().parent / "campaign"
+TOOL = str(SCENARIOS / "tool-answer.toml")
+GREETING = str(SCENARIOS / "greeting.toml")
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> str:
+    return str(tmp_path_factory.mktemp("killpoint-cache"))
+
+
+def campaign(out: Path, name: str, cache: str, *scenarios: str, bugs=(), **options):
+    opts = CampaignOptions(scenarios=list(scenarios), out=str(out), name=name, cache=cache, workers=2,
+                           agent=bundled_agent(bugs), **options)
+    return run_campaign(opts)
+
+
+def cli(*args: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "chaos.cli", *args], capture_output=True, text=True, cwd=REPO,
+                          timeout=300, **kw)
+
+
+def lingering(marker: str) -> list[psutil.Process]:
+    """Processes whose command line mentions ``marker`` (a test's private directory)."""
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if any(marker in a for a in p.info["cmdline"] or []):
+                out.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return out
+
+
+class TestExhaustive:
+    def test_correct_agent_passes_with_full_coverage(self, tmp_path, cache):
+        """Every kill point of the baseline is reached, every case holds, and the journal has one line per case."""
+        result = campaign(tmp_path, "ok", cache, TOOL)
+        assert result.cases["planned"] == 16 and result.cases["pass"] == 16 and result.ok and result.complete
+        assert result.failures == [] and result.kills == 16 and result.restarts >= 16
+        points = result.coverage["points"]
+        assert points["toolStarted@after-sync"] == {"reached": 1, "total": 1}
+        assert all(v["reached"] == v["total"] > 0 for v in points.values())
+        assert {"P7.2.4", "P5.2"} <= set(result.coverage["rules"])  # untouched read; settled final answer
+        assert len(read_lines(tmp_path / "ok" / "journal.jsonl")[0]) == 16
+        saved = json.loads((tmp_path / "ok" / "result.json").read_text())
+        assert saved["cases"] == result.cases and saved["coverage"] == result.coverage
+        assert result.baselines["tool-answer"]["ok"] and result.versions["python"]
+
+    def test_stale_assistant_calls_is_found_and_shrunk_to_one_kill(self, tmp_path, cache):
+        """Under the stale-calls bug, multi-fault random schedules fail and shrink to a single plain kill."""
+        result = campaign(tmp_path, "stale", cache, TOOL, bugs=("stale-assistant-calls",), mode="random", seed=6,
+                          cases=2, max_faults=3, random_actions=["kill", "torn"])
+        records = read_journal(tmp_path / "stale" / "journal.jsonl")
+        assert result.cases["fail"] == 2 and not result.ok
+        assert any(len(spec_from_id(cid).faults) > 1 for cid in records)  # something to shrink
+        for record in records.values():
+            assert record["status"] == "fail" and record["rerun"]["status"] == "fail"
+            minimal = spec_from_id(record["minimal_id"])
+            assert len(minimal.faults) == 1 and minimal.faults[0].action == "kill"
+            assert record["shrink"]["invariant"] in {f["invariant"] for f in record["failures"]}
+            assert (tmp_path / "stale" / record["minimal_case_dir"]).is_dir()
+        assert {"converges", "outcome"} & set(result.failures_by_invariant)
+        group = result.failures[0]
+        assert group["count"] >= 1 and len(group["minimal"]) == 1
+
+
+class TestResume:
+    def test_sigkill_of_the_campaign_then_resume(self, tmp_path, cache):
+        """A campaign SIGKILLed half-way resumes to the same total with no case run twice and nothing left behind."""
+        args = ["campaign", TOOL, "--out", str(tmp_path), "--name", "r", "--cache", cache, "-j", "2"]
+        journal = tmp_path / "r" / "journal.jsonl"
+        proc = subprocess.Popen([sys.executable, "-m", "chaos.cli", *args], cwd=REPO, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and len(read_lines(journal)[0]) < 5:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        before = read_lines(journal)[0]
+        assert proc.returncode == -signal.SIGKILL and 5 <= len(before) < 16
+        # Workers die with their forkserver (PR_SET_PDEATHSIG); an agent at a barrier loses its channel and exits 7.
+        deadline = time.monotonic() + 10
+        while lingering(str(tmp_path / "r")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert lingering(str(tmp_path / "r")) == []
+        done = cli("campaign", "--resume", str(tmp_path / "r"))
+        assert done.returncode == 0, done.stdout + done.stderr
+        after = read_lines(journal)[0]
+        ids = [r["id"] for r in after]
+        assert len(ids) == len(set(ids)) == 16
+        assert after[: len(before)] == before  # finished cases were neither redone nor lost
+        result = json.loads((tmp_path / "r" / "result.json").read_text())
+        assert result["cases"]["done"] == result["cases"]["planned"] == 16 and result["complete"]
+        assert lingering(str(tmp_path / "r")) == []
+
+
+class TestShards:
+    def test_two_shards_merged_equal_the_unsharded_case_set(self, tmp_path, cache):
+        """Shards 1/2 and 2/2 are disjoint and, merged, hold exactly the unsharded campaign's cases."""
+        everything = run_campaign(CampaignOptions(scenarios=[TOOL], out=str(tmp_path), cache=cache),
+                                  list_only=True)
+        one = campaign(tmp_path, "s1", cache, TOOL, shard="1/2")
+        two = campaign(tmp_path, "s2", cache, TOOL, shard="2/2")
+        ids1 = set(read_journal(tmp_path / "s1" / "journal.jsonl"))
+        ids2 = set(read_journal(tmp_path / "s2" / "journal.jsonl"))
+        assert ids1 and ids2 and not ids1 & ids2
+        merged = merge_journals([tmp_path / "s1", tmp_path / "s2"])
+        assert {r["id"] for r in merged.records} == ids1 | ids2 == set(everything)
+        assert merged.cases["planned"] == one.cases["planned"] + two.cases["planned"] == len(everything)
+        assert merged.coverage["points"]["assistant@after-sync"] == {"reached": 2, "total": 2}
+        written = write_merged([tmp_path / "s1", tmp_path / "s2"], tmp_path / "merged")
+        assert set(read_journal(tmp_path / "merged" / "journal.jsonl")) == set(everything)
+        assert json.loads((tmp_path / "merged" / "result.json").read_text())["cases"] == written.cases
+
+
+class TestMoreFaults:
+    def test_torn_writes_pass_on_the_correct_agent(self, tmp_path, cache):
+        """torn(B) at every after-write, B in {1, middle, length-1, inside a UTF-8 character}, all hold."""
+        result = campaign(tmp_path, "torn", cache, GREETING, faults=["torn", "powerloss"], pinned=False)
+        ids = list(read_journal(tmp_path / "torn" / "journal.jsonl"))
+        assert result.ok and result.cases["pass"] == result.cases["planned"] == len(ids) > 8
+        assert sum("powerloss:" in i for i in ids) == 4
+        cuts = {spec_from_id(i).faults[0].bytes for i in ids if i.split("::")[1].startswith("torn")}
+        assert 1 in cuts and len(cuts) >= 4  # 1, the middles, the lengths-1 and the UTF-8 cuts differ
+
+    def test_torn_writes_fail_without_tail_repair(self, tmp_path, cache):
+        """With no-torn-tail-repair the same torn cases fail, naming the invariant."""
+        result = campaign(tmp_path, "torn-bug", cache, GREETING, bugs=("no-torn-tail-repair",), faults=["torn"],
+                          pinned=False, shard="1/2", shrink=False)
+        assert result.cases["fail"] >= 1 and not result.ok
+        assert result.failures and all(g["action"] == "torn" for g in result.failures)
+
+    def test_ioerror_and_double_resume_pass_on_the_correct_agent(self, tmp_path, cache):
+        """ioerror(ENOSPC|EIO) and dresume at every transaction fire and hold on the correct agent."""
+        result = campaign(tmp_path, "io", cache, GREETING, faults=["ioerror", "dresume"], pinned=False)
+        ids = list(read_journal(tmp_path / "io" / "journal.jsonl"))
+        assert result.ok and result.cases["pass"] == result.cases["planned"] == 12 == len(ids)
+        assert {spec_from_id(i).faults[0].action for i in ids} == {"ioerror", "dresume"}
+
+
+class TestFlaky:
+    def test_a_failure_that_does_not_reproduce_is_flaky(self, tmp_path, cache):
+        """An agent that is buggy every other case gives flaky cases, not failures, and the campaign passes."""
+        config = tmp_path / "flaky.toml"
+        config.write_text(
+            f'name = "flaky"\ncommand = [{json.dumps(sys.executable)}, {json.dumps(str(AGENTS / "flaky.py"))}]\n'
+            f'configuration_flags = true\n'
+            f'env = {{ FLAKY_COUNTER = {json.dumps(str(tmp_path / "counter"))}, FLAKY_SKIP = "2" }}\n')
+        opts = CampaignOptions(scenarios=[TOOL], out=str(tmp_path), name="f", cache=str(tmp_path / "cache"),
+                               workers=1, shard="1/4", agent=agent_from_config(config))
+        result = run_campaign(opts)
+        assert result.cases["fail"] == 0 and result.cases["flaky"] == result.cases["planned"] >= 2
+        assert result.ok and len(result.flaky) == result.cases["flaky"]
+        for entry in result.flaky:
+            assert entry["invariants"] and entry["rerun"]["status"] == "pass"
+
+
+class TestCli:
+    def test_list_prints_the_case_ids(self, cache):
+        """--list prints one case id per line and runs nothing."""
+        out = cli("campaign", TOOL, "--list", "--cache", cache)
+        assert out.returncode == 0, out.stderr
+        lines = out.stdout.split()
+        assert len(lines) == 16 and lines[0] == "tool-answer::runStarted@before-write#1"
+
+    @pytest.mark.parametrize(
+        ("args", "message"),
+        [
+            (["--mode", "random", "--cases", "3"], "--seed"),
+            (["--shard", "3/2"], "K/N"),
+            (["--faults", "kill,boom"], "--faults boom"),
+            (["--budget", "soon"], "duration 'soon'"),
+            (["--agent-bugs", "no-such-bug"], "unknown bug switch"),
+        ],
+    )
+    def test_bad_options_are_one_line_and_exit_2(self, args, message, tmp_path):
+        """A bad option gives one clear line on stderr, exit 2, and no traceback."""
+        out = cli("campaign", TOOL, "--out", str(tmp_path), *args)
+        assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
+
+    def test_resume_of_a_non_campaign_directory(self, tmp_path):
+        """--resume on a directory that is not a campaign is one clear line, exit 2."""
+        out = cli("campaign", "--resume", str(tmp_path))
+        assert out.returncode == 2 and "not a campaign directory" in out.stderr
