@@ -30,6 +30,240 @@ def validate(paths: tuple[str, ...]) -> None:
     click.echo(f"OK: {len(scenarios)} scenario(s) valid")
 
 
+def _fail_usage(lines: list[str]) -> None:
+    """Print one line per problem and exit 2 (usage error)."""
+    for line in lines:
+        click.echo(line, err=True)
+    raise SystemExit(2)
+
+
+def _load_scenario_or_exit(path: str):
+    from chaos.errors import ScenarioError
+    from chaos.scenario import load_scenario
+
+    try:
+        return load_scenario(path)
+    except ScenarioError as exc:
+        _fail_usage(exc.messages)
+
+
+@main.command("run")
+@click.argument("scenario", type=click.Path(path_type=str))
+@click.option("--kill", "kills", multiple=True, metavar="FAULT[+FAULT...]",
+              help="a schedule to run (repeatable); default: every kill point the baseline reaches, at before-write "
+                   "and after-sync")
+@click.option("--agent-bugs", default="", metavar="NAMES", help="AGENT_BUGS for the cases (not the baseline)")
+@click.option("--keep", is_flag=True, help="keep every case directory, not only failing ones")
+@click.option("--reports", "reports_dir", default="reports", show_default=True, type=click.Path(path_type=str),
+              help="where case directories are kept")
+@click.option("--case-timeout", default=120.0, show_default=True, type=click.FloatRange(min=0.1),
+              help="wall-clock limit per case, seconds")
+def run_command(scenario: str, kills: tuple[str, ...], agent_bugs: str, keep: bool, reports_dir: str,
+                case_timeout: float) -> None:
+    """Run the crash-free baseline, then each case; exit 0 when all hold, 1 when one did not, 2 on usage errors."""
+    loaded = _load_scenario_or_exit(scenario)
+    from agent.bugs import UnknownBugError, parse_bugs
+    from chaos.faults import FaultSyntaxError, format_schedule, parse_schedule
+
+    schedules: list[str] = []
+    for text in kills:
+        try:
+            parsed = parse_schedule(text)
+        except FaultSyntaxError as exc:
+            _fail_usage([f"--kill {text!r}: {exc}"])
+        if not parsed:
+            _fail_usage([f"--kill {text!r}: empty schedule"])
+        schedules.append(format_schedule(parsed))
+    try:
+        bugs = tuple(sorted(parse_bugs(agent_bugs)))
+    except UnknownBugError as exc:
+        _fail_usage([f"--agent-bugs: {exc}"])
+
+    import time
+    from pathlib import Path
+
+    from chaos import verdict
+    from chaos.case import AgentSpec, case_slug, run_baseline, run_case
+    from chaos.supervisor import Limits
+
+    out = verdict.console()
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    work = Path(reports_dir) / f"{case_slug(loaded.name)}-{stamp}"
+    suffix = 1
+    while work.exists():
+        suffix += 1
+        work = Path(reports_dir) / f"{case_slug(loaded.name)}-{stamp}-{suffix}"
+    mode = "all" if keep else "failing"
+    agent = AgentSpec(bugs=bugs)
+    limits = Limits(case_seconds=case_timeout)
+    with out.status(f"{loaded.name}: crash-free baseline"):
+        baseline = run_baseline(loaded, work_dir=work, limits=limits, keep=mode)
+    results = [baseline.result]
+    if baseline.ok:
+        todo = schedules or ["+".join(s) for s in baseline.schedules()]
+        for i, schedule in enumerate(todo, 1):
+            with out.status(f"{loaded.name}: case {i}/{len(todo)} {schedule}"):
+                results.append(run_case(loaded, schedule, work_dir=work, agent=agent, baseline=baseline,
+                                        limits=limits, keep=mode))
+    out.print(verdict.case_table(results, title=f"chaos run {loaded.name}"
+                                 + (f" (AGENT_BUGS={','.join(bugs)})" if bugs else "")))
+    out.print(verdict.failure_details(results))
+    if not baseline.ok:
+        out.print("the crash-free baseline did not pass: no case was run (fix the scenario or the agent first)",
+                  style="bold red")
+    out.print(verdict.summary(results))
+    if work.exists() and not any(work.iterdir()):
+        work.rmdir()
+    elif work.exists():
+        out.print(f"case directories kept under {work}", style="dim")
+    raise SystemExit(0 if all(r.ok for r in results) else 1)
+
+
+@main.command("killpoints")
+@click.argument("scenario", type=click.Path(path_type=str))
+def killpoints_command(scenario: str) -> None:
+    """List every kill point the crash-free baseline of SCENARIO reaches (exit 1 if the baseline fails)."""
+    loaded = _load_scenario_or_exit(scenario)
+    import tempfile
+    from pathlib import Path
+
+    from chaos import verdict
+    from chaos.case import run_baseline
+
+    out = verdict.console()
+    with tempfile.TemporaryDirectory(prefix="chaos-killpoints-") as tmp:
+        baseline = run_baseline(loaded, work_dir=Path(tmp), keep="none")
+    if not baseline.ok:
+        out.print(verdict.case_table([baseline.result]))
+        out.print(verdict.failure_details([baseline.result]))
+        raise SystemExit(1)
+    out.print(verdict.killpoint_table(baseline))
+    plain = baseline.schedules()
+    out.print(f"{len(baseline.killpoints)} kill point(s) in {len(plain) // 2} transaction(s); `chaos run` runs the "
+              f"{len(plain)} at before-write and after-sync")
+
+
+# ---- repro bundles and reports (chaos.bundle, chaos.report) ----------------------------------------------------
+
+
+def _bundle_or_exit(path: str):
+    from chaos.bundle import BundleError, load_bundle
+
+    try:
+        return load_bundle(path)
+    except BundleError as exc:
+        _fail_usage([str(exc)])
+
+
+@main.command("repro")
+@click.argument("bundle", type=click.Path(path_type=str))
+@click.option("--work", type=click.Path(path_type=str), default=None,
+              help="directory for the re-run's case directories (default: a temporary one)")
+@click.option("--keep", is_flag=True, help="keep the case directories (in --work, or a printed temporary path)")
+def repro_command(bundle: str, work: str | None, keep: bool) -> None:
+    """Re-run a repro bundle's case (baseline first) and print the verdict.
+
+    Exit 1 when a recorded invariant fails again (reproduced), 0 when every invariant holds, 3 when the case now
+    fails differently (another invariant, or the baseline), 2 when BUNDLE is not a usable bundle.
+    """
+    loaded = _bundle_or_exit(bundle)
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from chaos import verdict
+    from chaos.bundle import reproduce
+
+    out = verdict.console()
+    bugs = loaded.data["agent"].get("bugs") or []
+    out.print(f"repro {loaded.data['case']}" + (f"  (AGENT_BUGS={','.join(bugs)})" if bugs else "")
+              + f"\nrecorded: {', '.join(loaded.invariants)} failed")
+    base = Path(work) if work else Path(tempfile.mkdtemp(prefix="chaos-repro-"))
+    try:
+        with out.status(f"{loaded.data['case']}: baseline and case"):
+            rep = reproduce(loaded, base, keep="all" if (keep or work) else "none")
+        results = [rep.baseline.result] + ([rep.result] if rep.result is not None else [])
+        out.print(verdict.case_table(results, title=f"chaos repro {loaded.path}"))
+        out.print(verdict.failure_details(results))
+        style = {0: "bold green", 1: "bold red", 3: "bold yellow"}.get(rep.code, "bold")
+        out.print(rep.message, style=style)
+    finally:
+        if keep or work:
+            click.echo(f"case directories under {base}")
+        else:
+            shutil.rmtree(base, ignore_errors=True)
+    raise SystemExit(rep.code)
+
+
+@main.command("export")
+@click.argument("bundle", type=click.Path(path_type=str))
+@click.argument("directory", type=click.Path(path_type=str))
+@click.option("--force", is_flag=True, help="replace an existing regression file with other content")
+def export_command(bundle: str, directory: str, force: bool) -> None:
+    """Write BUNDLE's scenario with its minimal schedule pinned into DIRECTORY (e.g. scenarios/regressions/)."""
+    loaded = _bundle_or_exit(bundle)
+    from chaos.bundle import BundleError, export
+
+    try:
+        path = export(loaded, directory, force=force)
+    except BundleError as exc:
+        _fail_usage([str(exc)])
+    bugs = loaded.data["agent"].get("bugs") or []
+    click.echo(f"wrote {path}")
+    click.echo(f"  fails:  chaos run {path} --kill '{'+'.join(loaded.schedule)}'"
+               + (f" --agent-bugs {','.join(bugs)}" if bugs else ""))
+    click.echo(f"  check:  chaos validate {directory}")
+
+
+@main.group("report")
+def report_group() -> None:
+    """Render campaign reports (summary.json, junit.xml, index.html, repro bundles) and merge shards."""
+
+
+def _print_rendered(paths, notes) -> None:
+    for note in notes:
+        click.echo(f"note: {note}", err=True)
+    for kind in ("summary", "junit", "html"):
+        click.echo(f"{kind}: {paths[kind]}")
+
+
+@report_group.command("render")
+@click.argument("directory", type=click.Path(path_type=str))
+def report_render(directory: str) -> None:
+    """Re-render a campaign directory's report from its journal (bundles for failures that have none yet)."""
+    from chaos.campaign import CampaignError
+    from chaos.errors import ChaosError
+    from chaos.report.render import render_campaign
+
+    try:
+        paths, notes = render_campaign(directory)
+    except CampaignError as exc:
+        _fail_usage(exc.messages)
+    except ChaosError as exc:
+        _fail_usage([str(exc)])
+    _print_rendered(paths, notes)
+
+
+@report_group.command("merge")
+@click.argument("directories", nargs=-1, required=True, type=click.Path(path_type=str))
+@click.option("--out", required=True, type=click.Path(path_type=str), help="the merged campaign directory (new)")
+def report_merge(directories: tuple[str, ...], out: str) -> None:
+    """Join shard directories (e.g. one per CI job) into one journal and report in OUT."""
+    from chaos.campaign import CampaignError
+    from chaos.errors import ChaosError
+    from chaos.report.render import merge_campaigns
+
+    try:
+        result, paths, notes = merge_campaigns(list(directories), out)
+    except CampaignError as exc:
+        _fail_usage(exc.messages)
+    except ChaosError as exc:
+        _fail_usage([str(exc)])
+    c = result.cases
+    click.echo(f"merged {len(directories)} shard(s): {c['done']} case(s), {c['fail']} failed, {c['flaky']} flaky")
+    _print_rendered(paths, notes)
+
+
 def _campaign_usage(lines: list[str]) -> None:
     """One line per problem on stderr, exit 2 (the campaign's usage errors)."""
     for line in lines:

@@ -1,0 +1,535 @@
+"""Run one case: a scenario under a fault schedule, end to end, and judge it with the oracle.
+
+This is the product's core loop in one call, ``run_case(scenario, schedule, work_dir=…)``:
+
+1. lay down a fresh case directory: ``workspace/`` (the scenario's files), ``sessions/``, the effect witness file
+   ``witness.log`` *outside* the workspace (exposed to the agent as ``CHAOS_WITNESS``), a route on the scripted model
+   server (shared per process, one route per case) whose request log is ``requests.jsonl``;
+2. build the agent command from the scenario: ``run`` for each run (the first creates the session), ``compact``
+   after a run that has one, ``resume`` after a fault, ``abort`` when the agent ends blocked and the scenario says
+   ``then = "abort"``; every argv carries the ``{restart}`` token, which ``RestartLauncher`` expands to the
+   scenario's restart flags on every launch after the first kill (the supervisor knows nothing about scenarios);
+3. run it through ``chaos.supervisor`` with the schedule (kill at barriers, restart, watchdog);
+4. collect the evidence: the final log, the log as each restart found it, acknowledged transactions and barriers,
+   launches with the configuration each ran with, server requests, witnesses, workspace files; then run
+   ``resume`` twice more ("resume changes nothing");
+5. ``chaos.oracle.check`` → a ``CaseResult`` (JSON-ready for journals and reports).
+
+The crash-free baseline (``run_baseline``) is the same with an empty schedule, run with the *correct* agent (no
+``AGENT_BUGS``), itself checked by every invariant; it also yields the kill points a campaign enumerates.
+
+Designed for campaigns that call it thousands of times in parallel worker processes: every input is picklable
+(pydantic scenario, frozen dataclasses, strings), nothing is global except one lazily started scripted server per
+process (re-created after a fork), every case writes only under its own directory, and the directory is removed
+afterwards unless the case failed (or ``keep="all"``).
+
+Not here: choosing schedules (chaos.schedules), killing processes (chaos.supervisor), judging (chaos.oracle),
+rendering (chaos.verdict).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from chaos import oracle, records
+from chaos.faults import FACT_NAMES, case_id, parse_schedule
+from chaos.fakellm import ScriptedServer
+from chaos.process import AgentProcess, Launcher, SubprocessLauncher, kill_processes, session_members
+from chaos.records import CaseRun
+from chaos.supervisor import SESSION, AgentCommand, Limits, Step, Supervisor, SupervisorError
+
+RESTART = "{restart}"  # argv token: the scenario's restart flags after the first kill, nothing before
+PASS = "pass"
+FAIL = "fail"
+# Supervisor verdicts after which the files say nothing reliable about the agent: no oracle, the verdict is the status.
+_NO_ORACLE = {records.HANG, records.PROTOCOL_ERROR, records.LAUNCH_ERROR, records.NOT_APPLICABLE, records.NOT_REACHED}
+# Which fact names a transaction's kill point: its record type when it has one (what the transaction *does*), else
+# its entry; `user` and `usage` only when alone. The same rule as chaos.schedules, so names agree everywhere.
+_NAMING_ORDER = tuple(n for n in FACT_NAMES if n not in ("user", "usage")) + ("user", "usage")
+PLAIN_KILL_PHASES = ("before-write", "after-sync")  # under SIGKILL after-write leaves the bytes of after-sync
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The agent under test
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The agent configuration flags of issue 3 (None = not given)."""
+
+    model: str | None = None
+    tools: tuple[str, ...] | None = None
+    replay: tuple[str, ...] = ()
+    environment_identity: str | None = None
+    request_timeout: float | None = None
+    max_steps: int | None = None
+
+    def argv(self) -> list[str]:
+        out: list[str] = []
+        if self.model is not None:
+            out += ["--model", self.model]
+        if self.tools is not None:
+            out += ["--tools", ",".join(self.tools)]
+        for item in self.replay:
+            out += ["--replay", item]
+        if self.environment_identity is not None:
+            out += ["--environment-identity", self.environment_identity]
+        if self.request_timeout is not None:
+            out += ["--request-timeout", f"{self.request_timeout:g}"]
+        if self.max_steps is not None:
+            out += ["--max-steps", str(self.max_steps)]
+        return out
+
+    def then(self, changes: Settings) -> Settings:
+        """These settings with ``changes`` applied on top (what a launch after the first kill runs with)."""
+        return Settings(
+            model=changes.model if changes.model is not None else self.model,
+            tools=changes.tools if changes.tools is not None else self.tools,
+            replay=changes.replay or self.replay,
+            environment_identity=changes.environment_identity or self.environment_identity,
+            request_timeout=self.request_timeout,
+            max_steps=self.max_steps,
+        )
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    """How to launch the agent under test.
+
+    ``command`` is the argv prefix before the subcommand (default: the bundled agent with this interpreter). A
+    *bundled-shaped* agent (``bundled=True``) takes issue 3's subcommands and flags, and the harness can compute the
+    CurrentConfiguration each launch runs with (``agent.config``), which the oracle uses to check writer obligations
+    and blocked reasons; another implementation (a later ``--agent CONFIG.toml``) sets ``bundled=False`` and those
+    checks say they were skipped. ``bugs`` goes to ``AGENT_BUGS``.
+    """
+
+    command: tuple[str, ...] = (sys.executable, "-m", "agent")
+    env: tuple[tuple[str, str], ...] = ()
+    bugs: tuple[str, ...] = ()
+    bundled: bool = True
+    name: str = "bundled"
+
+    def environment(self) -> dict[str, str]:
+        env = dict(self.env)
+        if self.bugs:
+            env["AGENT_BUGS"] = ",".join(self.bugs)
+        return env
+
+    def without_bugs(self) -> AgentSpec:
+        return AgentSpec(self.command, self.env, (), self.bundled, self.name)
+
+    def current_configuration(self, workspace: Path, settings: Settings, environ: Mapping[str, str]) -> dict | None:
+        """The CurrentConfiguration (SPEC §8.7, plus ``snapshot``) a launch with ``settings`` runs with, or None."""
+        if not self.bundled:
+            return None
+        from agent.config import ConfigError, current_configuration, load_config
+
+        try:
+            config = load_config(workspace=workspace, model=settings.model, tools=list(settings.tools)
+                                 if settings.tools is not None else None, replay=settings.replay,
+                                 environment_identity=settings.environment_identity,
+                                 request_timeout=settings.request_timeout, max_steps=settings.max_steps,
+                                 base_url="http://127.0.0.1:1/v1", environ=environ)
+        except ConfigError:
+            return None  # the agent will refuse the same flags (exit 2): the case reports that
+        return current_configuration(config)
+
+
+class RestartLauncher:
+    """A ``Launcher`` that expands ``{restart}`` to the scenario's restart flags on every launch after the first kill.
+
+    "After the first kill" is observed, not told: an earlier launch of this case that ended by SIGKILL. (The
+    supervisor SIGKILLs only at faults; a watchdog kill ends the case, so no launch follows it.) Which launches got
+    the changes is remembered by pid for the oracle.
+    """
+
+    def __init__(self, inner: Launcher, restart_args: Sequence[str]):
+        self.inner = inner
+        self.restart_args = list(restart_args)
+        self.launched: list[tuple[AgentProcess, bool]] = []
+
+    def killed_before(self) -> bool:
+        return any(proc.poll() == -signal.SIGKILL for proc, _ in self.launched)
+
+    def expand(self, argv: Sequence[str], restart: bool) -> list[str]:
+        out: list[str] = []
+        for arg in argv:
+            if arg == RESTART:
+                out += self.restart_args if restart else []
+            else:
+                out.append(arg)
+        return out
+
+    def launch(self, argv, env, cwd, stdout, stderr) -> AgentProcess:
+        restart = self.killed_before()
+        proc = self.inner.launch(self.expand(argv, restart), env, cwd, stdout, stderr)
+        self.launched.append((proc, restart))
+        return proc
+
+    def restarted(self, pid: int) -> bool:
+        return any(p.pid == pid and r for p, r in self.launched)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The scripted server: one per worker process, one route per case
+
+
+_server_lock = threading.Lock()
+_server: tuple[int, ScriptedServer] | None = None
+
+
+def shared_server() -> ScriptedServer:
+    """This process's scripted model server (started on first use; a forked child starts its own)."""
+    global _server
+    with _server_lock:
+        if _server is None or _server[0] != os.getpid():
+            _server = (os.getpid(), ScriptedServer().start())
+        return _server[1]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Results
+
+
+@dataclass
+class KillPointInfo:
+    """One barrier the baseline reached: its transaction, phase, facts, and every kill-point text naming it."""
+
+    point: str  # the canonical name (FACT@PHASE#N, the fact chosen as chaos.schedules does)
+    tx: int
+    phase: str
+    facts: list[str]
+    aliases: list[str]
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class CaseResult:
+    """How one case ended: ``status`` (pass, fail, or the supervisor verdict that prevented judging: hang,
+    protocol-error, launch-error, kill-point-not-reached, fault-not-applicable), the invariants' results, and counts.
+    """
+
+    case_id: str
+    scenario: str
+    schedule: list[str]
+    status: str
+    verdict: str
+    detail: str
+    invariants: list[oracle.InvariantResult] = field(default_factory=list)
+    duration: float = 0.0
+    case_dir: str | None = None  # kept directory (None: removed)
+    launches: int = 0
+    kills: int = 0
+    requests: int = 0
+    bugs: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == PASS
+
+    @property
+    def failed(self) -> list[oracle.InvariantResult]:
+        return [r for r in self.invariants if not r.ok]
+
+    def to_json(self) -> dict:
+        out = {k: v for k, v in self.__dict__.items() if k != "invariants"}
+        out["invariants"] = [r.to_json() for r in self.invariants]
+        return out
+
+    @classmethod
+    def from_json(cls, value: Mapping) -> CaseResult:
+        data = {k: v for k, v in value.items() if k in cls.__dataclass_fields__ and k != "invariants"}
+        return cls(**data, invariants=[oracle.InvariantResult.from_json(r) for r in value.get("invariants", [])])
+
+
+@dataclass
+class Baseline:
+    """The crash-free run of a scenario with the correct agent: its result, what cases compare against, and the
+    kill points it reached."""
+
+    result: CaseResult
+    facts: oracle.BaselineFacts
+    killpoints: list[KillPointInfo]
+
+    @property
+    def ok(self) -> bool:
+        return self.result.ok
+
+    def schedules(self, phases: Sequence[str] = PLAIN_KILL_PHASES) -> list[tuple[str, ...]]:
+        """Depth-1 schedules: one plain kill at every reached kill point of ``phases``."""
+        return [(k.point,) for k in self.killpoints if k.phase in phases]
+
+    def to_json(self) -> dict:
+        return {"result": self.result.to_json(), "facts": self.facts.to_json(),
+                "killpoints": [k.to_json() for k in self.killpoints]}
+
+    @classmethod
+    def from_json(cls, value: Mapping) -> Baseline:
+        return cls(CaseResult.from_json(value["result"]), oracle.BaselineFacts.from_json(value["facts"]),
+                   [KillPointInfo(**k) for k in value["killpoints"]])
+
+
+def killpoints(run: CaseRun) -> list[KillPointInfo]:
+    """Every barrier of ``run`` as a kill point (all three phases), in the order they were announced."""
+    out = []
+    for b in run.barriers:
+        present = [f for f in _NAMING_ORDER if f in b.ordinals]
+        name = present[0] if present else b.facts[0]
+        out.append(KillPointInfo(f"{name}@{b.phase}#{b.ordinals[name]}", b.tx, b.phase, list(b.facts), b.points()))
+    return out
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Running
+
+
+def case_slug(text: str) -> str:
+    """A directory name for a case id (``::``, ``#``, ``@``, parentheses, ``+`` become ``_``-separated)."""
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")
+    if len(slug) > 80:
+        slug = slug[:60] + "_" + hashlib.sha256(text.encode()).hexdigest()[:12]
+    return slug or "case"
+
+
+def _settings(scenario) -> tuple[Settings, Settings]:
+    """(first-launch settings, restart changes) of a scenario."""
+    agent = scenario.agent
+    first = Settings(model=agent.model, tools=tuple(agent.tools), environment_identity=agent.environment_identity,
+                     request_timeout=agent.request_timeout, max_steps=agent.max_steps)
+    r = scenario.restart
+    changes = Settings(model=r.model, tools=tuple(r.tools) if r.tools is not None else None, replay=tuple(r.replay),
+                       environment_identity=r.environment_identity)
+    return first, changes
+
+
+def build_command(scenario, agent: AgentSpec, *, session_dir: Path, workspace: Path, base_url: str,
+                  env: Mapping[str, str]) -> AgentCommand:
+    """The supervisor's command for a scenario: one step per run/compaction, resume and (optionally) abort."""
+    first, _ = _settings(scenario)
+    flags = first.argv() + ["--base-url", base_url]
+    cmd = list(agent.command)
+    steps: list[Step] = []
+    for kind, index in scenario.operations():
+        if kind == "run":
+            prompt = scenario.runs[index].prompt
+            again = tuple(cmd + ["run", "--session", SESSION, *flags, RESTART, prompt])
+            if not steps:
+                argv = tuple(cmd + ["run", "--session-dir", str(session_dir), "--workspace", str(workspace), *flags,
+                                    prompt])
+            else:
+                argv = again
+            # A run whose every write was destroyed by a fault is issued again, as its user would (supervisor).
+            steps.append(Step(argv, again))
+        else:
+            argv = tuple(cmd + ["compact", SESSION, *flags, RESTART])
+            steps.append(Step(argv, argv))
+    resume = tuple(cmd + ["resume", SESSION, *flags, RESTART])
+    abort = tuple(cmd + ["abort", SESSION, *flags, RESTART]) if scenario.restart.then == "abort" else None
+    return AgentCommand(steps=tuple(steps), resume=resume, abort=abort, env=dict(env))
+
+
+def _environment(scenario, agent: AgentSpec, witness: Path, base_url: str) -> dict[str, str]:
+    env = agent.environment()
+    env.update({
+        "CHAOS_WITNESS": str(witness),
+        "OPENAI_BASE_URL": base_url,
+        "OPENAI_API_KEY": "chaos-scripted",
+        # A stable identity, not the workspace path: every case (and the baseline) runs in its own directory, and
+        # a path-derived identity would make equal work look different (toolStarted.environmentIdentity) and make
+        # a move indistinguishable from a scenario's deliberate environment change.
+        "AGENT_ENVIRONMENT_IDENTITY": f"chaos:{scenario.name}",
+    })
+    if not agent.bugs:
+        env["AGENT_BUGS"] = ""  # never inherit the harness's own AGENT_BUGS into a case that asked for none
+    return env
+
+
+def run_case(scenario, schedule: Sequence[str] | str = (), *, work_dir: Path | str, agent: AgentSpec = AgentSpec(),
+             baseline: Baseline | oracle.BaselineFacts | None = None, server: ScriptedServer | None = None,
+             limits: Limits | None = None, probes: int = 2, keep: str = "failing", name: str | None = None,
+             ) -> CaseResult:
+    """Run ``scenario`` under ``schedule`` (fault texts, or ``"F1+F2"``) and judge it.
+
+    The case directory is ``work_dir/<case slug>`` (``name`` overrides the slug); it is removed afterwards unless
+    ``keep`` is ``"all"``, or ``"failing"`` and the case did not pass (``"none"``: always removed). ``baseline``
+    enables the differential and exactly-once checks. Never raises for agent misbehaviour; raises ``ChaosError``
+    only when the harness itself cannot run (bad schedule text, socket).
+    """
+    result, _, _ = _execute(scenario, schedule, work_dir=Path(work_dir), agent=agent, baseline=baseline, server=server,
+                            limits=limits, probes=probes, keep=keep, name=name)
+    return result
+
+
+def run_baseline(scenario, *, work_dir: Path | str, agent: AgentSpec = AgentSpec(), server: ScriptedServer | None = None,
+                 limits: Limits | None = None, keep: str = "failing") -> Baseline:
+    """The crash-free run with the correct agent (``agent`` without its bugs), judged by every invariant."""
+    result, evidence, run = _execute(scenario, (), work_dir=Path(work_dir), agent=agent.without_bugs(),
+                                     baseline=None, server=server, limits=limits, probes=2, keep=keep, name=None)
+    facts = (oracle.baseline_facts(evidence, result.invariants) if evidence is not None
+             else oracle.BaselineFacts([], {}, {}, False))
+    facts.ok = facts.ok and result.ok
+    return Baseline(result, facts, killpoints(run))
+
+
+def _execute(scenario, schedule, *, work_dir: Path, agent: AgentSpec, baseline, server, limits, probes: int,
+             keep: str, name: str | None) -> tuple[CaseResult, oracle.Evidence | None, CaseRun]:
+    t0 = time.monotonic()
+    faults = parse_schedule(schedule) if isinstance(schedule, str) else parse_schedule(list(schedule))
+    cid = case_id(scenario.name, faults)
+    case_dir = _fresh_dir(work_dir, name or case_slug(cid if faults else f"{cid}::baseline"))
+    workspace, sessions, witness = case_dir / "workspace", case_dir / "sessions", case_dir / "witness.log"
+    workspace.mkdir()
+    sessions.mkdir()
+    witness.touch()
+    for rel, content in scenario.workspace.items():
+        path = workspace / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(content, encoding="utf-8")
+
+    srv = server or shared_server()
+    key = f"{case_slug(cid)}-{uuid.uuid4().hex[:12]}"
+    base_url = srv.add_case(key, scenario, log_path=case_dir / "requests.jsonl")
+    env = _environment(scenario, agent, witness, base_url)
+    command = build_command(scenario, agent, session_dir=sessions, workspace=workspace, base_url=base_url, env=env)
+    first, changes = _settings(scenario)
+    launcher = RestartLauncher(SubprocessLauncher(), changes.argv())
+    limits = limits or Limits()
+    try:
+        run = Supervisor(command, case_dir, launcher=launcher, limits=limits, label=cid).run(faults)
+        probe_results = []
+        if run.verdict not in _NO_ORACLE and run.session and os.path.isfile(run.session):
+            restart = bool(run.kills)
+            argv = launcher.expand([*command.resume], restart)
+            argv = [a.replace(SESSION, run.session) for a in argv]
+            probe_results = [_probe(argv, run.session, env, case_dir, i, limits) for i in range(probes)]
+    finally:
+        requests = srv.remove_case(key)
+
+    result = CaseResult(cid, scenario.name, [str(f) for f in run.schedule], "", run.verdict, run.detail,
+                        launches=len(run.launches), kills=len(run.kills), requests=len(requests),
+                        bugs=list(agent.bugs))
+    evidence = None
+    if run.verdict in _NO_ORACLE:
+        result.status = run.verdict
+    else:
+        environ = {**os.environ, **env}
+        currents = (agent.current_configuration(workspace, first, environ),
+                    agent.current_configuration(workspace, first.then(changes), environ))
+        evidence = collect_evidence(cid, scenario, run, launcher, currents, requests, witness, workspace,
+                                    probe_results, baseline)
+        result.invariants = oracle.check(evidence)
+        settled = run.verdict.startswith("exit:") and int(run.verdict[5:]) in command.settled_exits
+        result.status = PASS if settled and all(r.ok for r in result.invariants) else FAIL
+    result.duration = round(time.monotonic() - t0, 3)
+    kept = keep == "all" or (keep == "failing" and not result.ok)
+    if kept:
+        result.case_dir = str(case_dir)
+        (case_dir / "result.json").write_text(json.dumps(result.to_json(), indent=1, ensure_ascii=False))
+        (case_dir / "caserun.json").write_text(json.dumps(run.to_json(), indent=1, ensure_ascii=False))
+        if evidence is not None and evidence.final.reduction is not None:
+            # The final SessionState (transcript, active context, operation) for a person reading the case.
+            (case_dir / "final-state.json").write_text(json.dumps(evidence.final.reduction, indent=1,
+                                                                  ensure_ascii=False))
+    else:
+        shutil.rmtree(case_dir, ignore_errors=True)
+    return result, evidence, run
+
+
+def _fresh_dir(parent: Path, name: str) -> Path:
+    """A new directory ``parent/name`` (``name-2``, ``-3``… when taken): never reuse or delete another run's case."""
+    parent.mkdir(parents=True, exist_ok=True)
+    for n in range(1, 10_000):
+        path = parent / (name if n == 1 else f"{name}-{n}")
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+    raise SupervisorError(f"no free case directory name under {parent} for {name}")
+
+
+def _read(path: str | Path) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError:
+        return b""  # gone (or never created): the oracle reports what the bytes say
+
+
+def _probe(argv: list[str], session: str, env: Mapping[str, str], case_dir: Path, index: int,
+           limits: Limits) -> oracle.Probe:
+    """One more ``resume`` after the case (no checkpoint channel): it must change nothing."""
+    before = _read(session)
+    out, err = case_dir / "launches" / f"probe-{index + 1}.stdout", case_dir / "launches" / f"probe-{index + 1}.stderr"
+    penv = {k: v for k, v in {**os.environ, **env}.items() if k != "CHAOS_CONTROL"}
+    proc = SubprocessLauncher().launch(argv, penv, case_dir, out, err)
+    try:
+        code = proc.wait(limits.silence_seconds)
+    finally:
+        if proc.poll() is None:
+            proc.kill_session(limits.kill_seconds)
+        # No process of the case outlives it: the probe's session (e.g. a bash tool it started) goes too.
+        kill_processes(lambda: session_members(proc.session_id), limits.kill_seconds)
+        proc.close()
+    after = _read(session)
+    return oracle.Probe(code, out.read_text(errors="replace"), oracle._sha(before), oracle._sha(after), len(before),
+                        len(after))
+
+
+def collect_evidence(cid: str, scenario, run: CaseRun, launcher: RestartLauncher, currents, requests, witness: Path,
+                     workspace: Path, probes, baseline) -> oracle.Evidence:
+    """Turn what the supervisor, the server and the files say into the oracle's ``Evidence``."""
+    final = Path(run.session).read_bytes() if run.session and os.path.isfile(run.session) else b""
+    kills = []
+    for f in run.kills:
+        snapshot = Path(f.snapshot).read_bytes() if f.snapshot and os.path.isfile(f.snapshot) else b""
+        kills.append(oracle.Kill(f.fault, f.launch, snapshot, f.action, f.barrier))
+    launches = []
+    for l in run.launches:
+        restart = launcher.restarted(l.pid)
+        stdout = Path(l.stdout).read_text(errors="replace") if os.path.isfile(l.stdout) else ""
+        launches.append(oracle.LaunchInfo(l.index, l.role, l.returncode, l.killed_by is not None, stdout,
+                                          currents[1] if restart else currents[0], restart))
+    files: dict[str, str | None] = {}
+    expected = set(scenario.expect.files)
+    for rule in scenario.expect.when:
+        expected |= set(rule.files or {})
+    for rel in sorted(expected):
+        path = workspace / rel
+        files[rel] = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else None
+    if isinstance(baseline, Baseline):
+        baseline = baseline.facts
+    ev = oracle.Evidence(
+        case_id=cid,
+        schedule=tuple(run.schedule),
+        final_log=final,
+        kills=kills,
+        faults=[f.action for f in run.faults],
+        acknowledged=[oracle.Ack(a.tx, a.launch, a.seq_first, a.seq_last, a.start, a.end, a.synced_offset,
+                                 a.file_size, a.data) for a in run.acknowledged],
+        barriers=[oracle.Barrier(b.index, b.launch, b.phase, list(b.facts), b.seq_first, b.seq_last, b.offset,
+                                 b.synced_offset, b.file_size) for b in run.barriers],
+        launches=launches,
+        requests=[r.to_json() for r in requests],
+        witness=witness.read_text(errors="replace").splitlines() if witness.is_file() else [],
+        probes=list(probes),
+        expect=scenario.expect,
+        prompts=[r.prompt for r in scenario.runs],
+        files=files,
+        restart_changes=scenario.restart.changes_configuration,
+        baseline=baseline,
+    )
+    return ev

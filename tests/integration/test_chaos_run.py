@@ -1,0 +1,170 @@
+"""End-to-end tests of the harness core loop with the real agent: baseline, a kill at every phase of every
+transaction, `chaos run` / `chaos killpoints` on the command line, hangs, and malformed scenario files."""
+
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+from pathlib import Path
+
+import psutil
+import pytest
+from click.testing import CliRunner
+
+from chaos.case import AgentSpec, run_baseline, run_case
+from chaos.cli import main
+from chaos.faults import PHASES
+from chaos.oracle import INVARIANTS
+from chaos.scenario import load_scenario
+from chaos.supervisor import Limits
+
+SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
+
+
+@pytest.fixture(scope="module")
+def bash_deploy():
+    return load_scenario(SCENARIOS / "bash-deploy.toml")
+
+
+@pytest.fixture(scope="module")
+def baseline(bash_deploy, tmp_path_factory):
+    return run_baseline(bash_deploy, work_dir=tmp_path_factory.mktemp("baseline"))
+
+
+def test_the_baseline_passes_every_invariant_and_lists_its_kill_points(baseline):
+    """The crash-free run is itself judged by all seven invariants and reaches three kill points per transaction."""
+    assert baseline.ok, baseline.result.to_json()
+    assert [r.name for r in baseline.result.invariants] == list(INVARIANTS)
+    assert all(r.ok and r.checked for r in baseline.result.invariants)
+    assert baseline.facts.witnesses == {"call_deploy": 1}
+    facts = [k.facts for k in baseline.killpoints if k.phase == "before-write"]
+    assert facts[0] == ["user", "runStarted"] and ["toolStarted"] in facts and facts[-1] == ["operationFinished"]
+    assert len(baseline.killpoints) == 3 * len(facts)
+    assert [s[0] for s in baseline.schedules()][:2] == ["runStarted@before-write#1", "runStarted@after-sync#1"]
+
+
+@pytest.mark.parametrize("phase", PHASES)
+def test_a_kill_at_every_transaction_passes_on_the_correct_agent(phase, bash_deploy, baseline, tmp_path):
+    """SIGKILL at this phase of each transaction of a tool-using scenario: every case holds every invariant."""
+    points = [k.point for k in baseline.killpoints if k.phase == phase]
+    assert len(points) == 8
+    results = [run_case(bash_deploy, (p,), work_dir=tmp_path, baseline=baseline) for p in points]
+    bad = {r.case_id: (r.status, r.verdict, [(i.name, [f.text() for f in i.findings]) for i in r.failed])
+           for r in results if not r.ok}
+    assert not bad
+    assert all(r.kills == 1 and r.launches >= 2 for r in results)
+    assert not any(tmp_path.iterdir()), "passing case directories are removed"
+
+
+def test_a_hung_agent_is_reported_hang_and_leaves_no_process(bash_deploy, tmp_path):
+    """An agent that never says anything is reported `hang` by the watchdog, and its child process is gone too."""
+    script = tmp_path / "hung_agent.py"
+    pids = tmp_path / "pids"
+    script.write_text(textwrap.dedent(f"""
+        import os, pathlib, subprocess, time
+        child = subprocess.Popen(["sleep", "300"], process_group=0)  # like the bash tool: own group, same session
+        pathlib.Path({str(pids)!r}).write_text(f"{{os.getpid()}} {{child.pid}}")
+        time.sleep(300)
+    """))
+    agent = AgentSpec(command=(sys.executable, str(script)), bundled=False, name="hung")
+    result = run_case(bash_deploy, (), work_dir=tmp_path / "cases", agent=agent,
+                      limits=Limits(case_seconds=20, silence_seconds=1.0))
+    assert result.status == "hang" and result.verdict == "hang"
+    assert "silent for 1s" in result.detail
+    assert result.duration < 20  # cut by the silence limit, not by the script's 300 s sleep
+    for pid in map(int, pids.read_text().split()):
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert result.case_dir is not None and (Path(result.case_dir) / "launches").is_dir()
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The command line
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def test_chaos_run_passes_on_the_correct_agent_and_keeps_nothing(tmp_path):
+    """`chaos run` with one kill prints the baseline and the case as passing, exits 0, keeps no directory."""
+    result = invoke("run", str(SCENARIOS / "plain-answer.toml"), "--kill", "stepAttempt@after-sync#1",
+                    "--reports", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    assert "plain-answer (baseline)" in result.output and "plain-answer::stepAttempt@after-sync#1" in result.output
+    assert "2 case(s): 2 pass" in result.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_chaos_run_reports_the_stale_calls_bug_and_keeps_the_failing_case(tmp_path):
+    """The motivating bug: a kill after the final answer with stale-assistant-calls fails `converges`, exit 1."""
+    result = invoke("run", str(SCENARIOS / "read-then-answer.toml"), "--kill", "assistant@after-sync#2",
+                    "--agent-bugs", "stale-assistant-calls", "--reports", str(tmp_path))
+    assert result.exit_code == 1, result.output
+    assert "read-then-answer::assistant@after-sync#2" in result.output
+    assert "converges:" in result.output and "did not converge" in result.output
+    assert "schedule: assistant@after-sync#2; AGENT_BUGS=stale-assistant-calls" in result.output
+    [run_dir] = tmp_path.iterdir()
+    [case] = run_dir.iterdir()
+    names = {p.relative_to(case).as_posix() for p in case.rglob("*")}
+    assert {"requests.jsonl", "witness.log", "result.json", "caserun.json", "final-state.json"} <= names
+    assert any(n.startswith("sessions/") and n.endswith(".jsonl") for n in names)
+    assert any(n.startswith("kills/") for n in names)
+    assert any(n.startswith("launches/") and n.endswith(".stderr") for n in names)
+
+
+def test_chaos_run_reports_an_unreached_kill_point_as_coverage_not_pass(tmp_path):
+    """A kill point the agent never reaches is `kill-point-not-reached` and the run exits 1."""
+    result = invoke("run", str(SCENARIOS / "plain-answer.toml"), "--kill", "toolStarted@after-sync#1",
+                    "--reports", str(tmp_path))
+    assert result.exit_code == 1
+    assert "kill-point-not-reached" in result.output
+
+
+def test_chaos_killpoints_lists_every_kill_point_of_the_baseline():
+    """`chaos killpoints` prints every transaction's kill points at the three phases."""
+    result = invoke("killpoints", str(SCENARIOS / "plain-answer.toml"))
+    assert result.exit_code == 0, result.output
+    for point in ("runStarted@before-write#1", "stepAttempt@after-write#1", "assistant@after-sync#1",
+                  "operationFinished@after-sync#1"):
+        assert point in result.output
+    assert "12 kill point(s) in 4 transaction(s)" in result.output
+
+
+def test_malformed_scenario_files_give_file_line_field_messages_and_exit_2(tmp_path):
+    """A bad scenario gives every problem as `file:line: field: message` (TOML syntax: with column), exit 2."""
+    syntax = tmp_path / "syntax.toml"
+    syntax.write_text('name = "x"\ndescription = "d"\n[[runs]\nprompt = "p"\n')
+    result = invoke("run", str(syntax))
+    assert result.exit_code == 2
+    assert result.output.startswith(f"{syntax}:3:") and ": toml: " in result.output
+    assert "Traceback" not in result.output
+
+    schema = tmp_path / "schema.toml"
+    schema.write_text(textwrap.dedent("""\
+        name = "Bad Name"
+        description = "two problems"
+        [[runs]]
+        prompt = "p"
+        promt = "typo"
+        [[runs.turns]]
+        content = "hi"
+    """))
+    result = invoke("run", str(schema))
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert f"{schema}:1: name: must be a slug" in lines[0]
+    assert any(line.startswith(f"{schema}:5: runs[0].promt: unknown key") for line in lines)
+
+    result = invoke("killpoints", str(tmp_path / "missing.toml"))
+    assert result.exit_code == 2 and "missing.toml:1: file: cannot read" in result.output
+
+
+def test_bad_fault_texts_and_bug_names_are_usage_errors(tmp_path):
+    """`--kill` and `--agent-bugs` are validated before anything runs: one line each, exit 2."""
+    plain = str(SCENARIOS / "plain-answer.toml")
+    result = invoke("run", plain, "--kill", "toolstarted@after-sync#1")
+    assert result.exit_code == 2 and "--kill 'toolstarted@after-sync#1': kill point" in result.output
+    result = invoke("run", plain, "--agent-bugs", "no-such-bug")
+    assert result.exit_code == 2 and "no-such-bug" in result.output
+    assert not os.path.exists("reports/plain-answer-never")  # nothing ran

@@ -1,0 +1,62 @@
+"""The harness can fail: the same kill cases that pass on the correct agent fail, naming the right invariant, when
+a known bug is switched on in the agent (AGENT_BUGS)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from chaos.case import AgentSpec, run_baseline, run_case
+from chaos.faults import PHASES
+from chaos.scenario import load_scenario
+
+SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
+# The kills that leave the deploy command pending (toolStarted durable, result not): the only cases in which a
+# planner that re-runs never tools can do harm.
+PENDING_BASH = {"toolStarted@after-write#1", "toolStarted@after-sync#1", "toolResult@before-write#1"}
+
+
+@pytest.fixture(scope="module")
+def scenario():
+    return load_scenario(SCENARIOS / "bash-deploy.toml")
+
+
+@pytest.fixture(scope="module")
+def baseline(scenario, tmp_path_factory):
+    base = run_baseline(scenario, work_dir=tmp_path_factory.mktemp("baseline"))
+    assert base.ok, base.result.to_json()
+    return base
+
+
+def _cases(scenario, baseline, phase: str, bugs: tuple[str, ...], work: Path):
+    points = [k.point for k in baseline.killpoints if k.phase == phase]
+    return {p: run_case(scenario, (p,), work_dir=work, baseline=baseline, agent=AgentSpec(bugs=bugs), keep="none")
+            for p in points}
+
+
+@pytest.mark.parametrize("phase", PHASES)
+def test_stale_assistant_calls_fails_converges_at_every_kill(phase, scenario, baseline, tmp_path):
+    """With the upstream stale-assistantCalls planner every case wedges after the final answer: `converges` fails."""
+    results = _cases(scenario, baseline, phase, ("stale-assistant-calls",), tmp_path)
+    assert len(results) == 8
+    for point, r in results.items():
+        assert r.status == "fail", (point, r.to_json())
+        names = {i.name for i in r.failed}
+        assert "converges" in names, (point, names)
+        converges = next(i for i in r.failed if i.name == "converges")
+        assert any("did not converge" in f.message for f in converges.findings)
+
+
+@pytest.mark.parametrize("phase", PHASES)
+def test_replay_never_tools_fails_effects_exactly_where_the_deploy_was_pending(phase, scenario, baseline, tmp_path):
+    """Re-running a never tool after a crash fails `effects-at-most-once` in exactly the cases that left it pending."""
+    results = _cases(scenario, baseline, phase, ("replay-never-tools",), tmp_path)
+    failed = {p for p, r in results.items() if not r.ok}
+    assert failed == {p for p in results if p in PENDING_BASH}
+    for point in failed:
+        r = results[point]
+        effects = next((i for i in r.failed if i.name == "effects-at-most-once"), None)
+        assert effects is not None, (point, [i.name for i in r.failed])
+        assert all(f.call == "call_deploy" for f in effects.findings)
+        assert any("re-run by launch" in f.message or "happened 2 times" in f.message for f in effects.findings)
