@@ -215,6 +215,24 @@ def export_command(bundle: str, directory: str, force: bool) -> None:
     click.echo(f"  check:  chaos validate {directory}")
 
 
+def _render_campaign_report(result, directory) -> None:
+    """summary.json, junit.xml, index.html and a repro bundle per failure in the campaign directory.
+
+    A report that cannot be written is one line on stderr: it must not hide the campaign's own exit status.
+    """
+    from chaos.errors import ChaosError
+    from chaos.report.render import render_result
+
+    try:
+        paths, notes = render_result(result, directory)
+    except (ChaosError, OSError) as exc:
+        click.echo(f"report: not written: {exc}", err=True)
+        return
+    for note in notes:
+        click.echo(f"  note: {note}", err=True)
+    click.echo(f"  report: {paths['html']} (summary.json, junit.xml; repro bundles under failures/)")
+
+
 @main.group("report")
 def report_group() -> None:
     """Render campaign reports (summary.json, junit.xml, index.html, repro bundles) and merge shards."""
@@ -352,6 +370,7 @@ def campaign_command(scenarios, mode, depth, faults, seed, case_count, duration,
     directory = Path(result.shards[0]) if result.shards else Path(resume_dir or Path(options.out) / result.name)
     for line in cp.summary_lines(result, directory):
         click.echo(line)
+    _render_campaign_report(result, directory)
     if result.interrupted:
         raise SystemExit(130)
     raise SystemExit(0 if result.ok else 1)
