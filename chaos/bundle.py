@@ -312,6 +312,9 @@ def _readme(data: Mapping[str, Any]) -> str:
     for launch in data["launches"]:
         how = f"killed by {launch['killed_by']}" if launch.get("killed_by") else f"exit {launch.get('returncode')}"
         out.append(f"{launch['index']}. {launch['role']} ({how}): `{shlex.join(launch.get('argv') or [])}`")
+    if any("{restart}" in (launch.get("argv") or []) for launch in data["launches"]):
+        out += ["", "(`{restart}` stands for the scenario's restart flags: empty before the first kill, the `[restart]` "
+                "changes on every launch after it.)"]
     out += ["", "## Files", ""]
     for name, what in data["files"].items():
         out.append(f"- `{name}`: {what}")

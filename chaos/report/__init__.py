@@ -6,8 +6,13 @@ A report folder ``reports/<campaign>/`` holds three renderings of the same data,
 - ``junit.xml`` (``chaos.report.junit``): one testcase per scenario × schedule, for CI dashboards;
 - ``index.html`` (``chaos.report.html``): a self-contained page for a person, with a timeline per failure.
 
+The inline SVG timeline of one case is ``chaos.report.timeline``; ``chaos.report.render`` turns a campaign directory
+(``campaign.json`` + ``journal.jsonl``, ``chaos.campaign``) into these objects, writes a repro bundle per failure
+(``chaos.bundle``) and calls ``write_reports`` — that is what ``chaos campaign``, ``chaos report render`` and
+``chaos report merge`` run.
+
 The data classes here are a *view* of a finished campaign, decoupled from how the campaign engine stores its
-journal and from the oracle's objects: adapters (``from_journal``-style functions in the engine's terms) fill them,
+journal and from the oracle's objects (a journal record is a ``CaseReport``'s JSON plus the engine's own keys),
 and every renderer is a pure function of them. ``CaseReport.run`` is the supervisor's ``CaseRun.to_json()`` (kept
 as plain JSON so a report can be re-rendered from a journal without re-running anything); ``plans`` are the
 recovery plans the agent printed on each restart, extracted by the adapter because reading stderr files is I/O.
