@@ -1,4 +1,341 @@
-"""pytest plugin (entry point ``pytest11``): collects scenario files as test items.
+"""pytest plugin (entry point ``pytest11`` ``killpoint``): scenario files as test items, for CI.
 
-pytest loads this module in every run of the environment, so it imports nothing heavy at load time.
+What it is for. A CI pipeline already runs pytest; with this plugin ``pytest scenarios/regressions`` (or
+``pytest --killpoint-scenarios scenarios``) runs killpoint cases as ordinary test items, with pytest's selection
+(``-k``, node ids), parallelism (``-n auto``, ``--tx 2*popen``, ``--tx ssh=…`` across hosts: pytest-xdist) and reports
+(``--junitxml``). One item per scenario × kill point of the exhaustive depth-1 policy plus its pinned schedules; a
+regression scenario (in a ``regressions/`` directory, or tagged ``regression``) contributes only its pinned
+schedules. The case ids and schedules are exactly those of ``chaos campaign`` (``chaos.schedules``), and a failure
+is shown as the invariant that failed and its evidence, with the ``chaos run`` command that reproduces it — never a
+harness traceback.
+
+Invariants it protects:
+
+- **Opt-in.** Scenario files are collected only when the user asks: a ``.toml`` file named on the command line, a
+  directory argument inside a scenario root (ini ``killpoint_scenario_dirs``, default ``scenarios``), or
+  ``--killpoint-scenarios DIR``. The project's own ``pytest -n auto`` (testpaths = tests), ``pytest tests`` or even
+  ``pytest .`` never turns into a campaign, and ``.toml`` files elsewhere (test fixtures) are never touched.
+- **Same items on every xdist worker.** Kill points come from running the crash-free baseline, so each worker would
+  otherwise compute its own list. They are computed once per (scenario file digest, agent source) and cached on
+  disk in the campaign's own cache format and key (``chaos.campaign``; default ``<rootdir>/reports/.cache``): a
+  per-scenario ``flock`` makes one process compute while the others wait, and the file is published
+  first-writer-wins. Every worker then builds its items from the same bytes, so xdist's collection check agrees.
+- **Light at load time.** pytest imports this module in every run of the environment. It imports nothing but pytest
+  and the standard library; pydantic, the supervisor and the oracle are imported when a scenario file is collected.
+
+What it does not do: it does not shrink failures or write repro bundles (``chaos campaign`` does), and it runs
+depth 1 only (depth 2, torn writes and random schedules are the campaign's nightly job).
 """
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+# The exhaustive policy: every kill point of the baseline at before-write and after-sync, plus pinned schedules.
+# "pinned": pinned schedules only (the fast CI subset; regression files are always pinned-only).
+MODES = ("exhaustive", "pinned")
+_STATE = pytest.StashKey["_KillpointState"]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("killpoint", "killpoint crash-injection scenarios (chaos harness)")
+    group.addoption("--killpoint-scenarios", action="append", default=[], metavar="DIR",
+                    help="collect the scenario files (**/*.toml) under DIR as killpoint cases (repeatable)")
+    group.addoption("--killpoint-mode", choices=MODES, default="exhaustive",
+                    help="exhaustive: every kill point of the crash-free baseline + pinned schedules (default); "
+                         "pinned: pinned schedules only")
+    group.addoption("--killpoint-agent-bugs", default="", metavar="NAMES",
+                    help="AGENT_BUGS for the cases (the baseline always runs the correct agent)")
+    group.addoption("--killpoint-cache", default=None, metavar="DIR",
+                    help="kill-point cache shared with `chaos campaign` (default: <rootdir>/reports/.cache)")
+    group.addoption("--killpoint-keep", choices=("failing", "all", "none"), default="failing",
+                    help="which case directories to keep under pytest's temporary directory (default: failing)")
+    group.addoption("--killpoint-case-timeout", type=float, default=120.0, metavar="SECONDS",
+                    help="wall-clock limit per case (the supervisor's watchdog; default 120)")
+    parser.addini("killpoint_scenario_dirs", type="paths", default=["scenarios"],
+                  help="directories whose scenario files pytest collects when a path inside them is given")
+
+
+class _KillpointState:
+    """Per-process plugin state: the scenario roots, and (once a scenario is collected) the harness context."""
+
+    def __init__(self, config: pytest.Config):
+        self.config = config
+        rootdir = Path(str(config.rootpath))
+        roots = [Path(p) for p in config.getini("killpoint_scenario_dirs")]
+        self.explicit = [Path(p).resolve() for p in config.getoption("killpoint_scenarios")]
+        self.roots = [p.resolve() for p in roots] + self.explicit
+        cache = config.getoption("killpoint_cache")
+        self.cache = Path(cache).resolve() if cache else rootdir / "reports" / ".cache"
+        self.bugs = tuple(b.strip() for b in config.getoption("killpoint_agent_bugs").split(",") if b.strip())
+        self.mode = config.getoption("killpoint_mode")
+        self.keep = config.getoption("killpoint_keep")
+        self.case_seconds = config.getoption("killpoint_case_timeout")
+        self.asked = self._asked_paths(config)
+        self._context = None
+
+    def _asked_paths(self, config: pytest.Config) -> list[Path]:
+        """The command-line paths that ask for scenarios: inside a scenario root, or given with the option."""
+        asked = list(self.explicit)
+        if config.args_source == pytest.Config.ArgsSource.ARGS:
+            for arg in config.args:
+                path = Path(str(arg).split("::", 1)[0]).resolve()
+                if path.suffix == ".toml" or any(_inside(path, root) for root in self.roots):
+                    asked.append(path)
+        return asked
+
+    def wants(self, path: Path) -> bool:
+        """Whether ``path`` (a ``.toml`` file met during collection) is a scenario the user asked for."""
+        path = path.resolve()
+        return any(path == a or _inside(path, a) for a in self.asked)
+
+    def context(self):
+        """The harness context of this process (``chaos.workers.Context``), created on first use."""
+        if self._context is None:
+            from chaos.campaign import bundled_agent
+            from chaos.workers import Context, WorkerConfig
+
+            factory = self.config._tmp_path_factory  # noqa: SLF001 - pytest's own basetemp, per xdist worker
+            work = factory.mktemp("killpoint", numbered=True)
+            config = WorkerConfig(scenarios={}, agent=bundled_agent(self.bugs), cache=str(self.cache),
+                                  cache_keys={}, work=str(work),
+                                  limits={"case_seconds": self.case_seconds}, shrink=False, keep=self.keep)
+            self._context = Context(config)
+        return self._context
+
+
+def _inside(path: Path, root: Path) -> bool:
+    try:
+        path.relative_to(root)
+    except ValueError:
+        return False
+    return True
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    state = _KillpointState(config)
+    config.stash[_STATE] = state
+    if state.explicit:
+        # `pytest --killpoint-scenarios DIR` alone means "run the scenarios", not "the testpaths and the scenarios".
+        if config.args_source != pytest.Config.ArgsSource.ARGS:
+            config.args[:] = []
+            config.args_source = pytest.Config.ArgsSource.ARGS
+        for path in state.explicit:
+            # Idempotent: xdist hands the controller's (already extended) args to its workers.
+            if str(path) not in config.args:
+                config.args.append(str(path))
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector):
+    if file_path.suffix != ".toml":
+        return None
+    state = parent.config.stash.get(_STATE, None)
+    if state is None or not state.wants(file_path):
+        return None
+    return ScenarioFile.from_parent(parent, path=file_path)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Collection
+
+
+class ScenarioFile(pytest.File):
+    """One scenario file: its kill points (from the cache, computed once) become ``KillpointCase`` items."""
+
+    def collect(self):
+        state: _KillpointState = self.config.stash[_STATE]
+        from chaos.errors import ScenarioError
+        from chaos.scenario import load_scenario
+
+        try:
+            scenario = load_scenario(self.path)
+        except ScenarioError as exc:
+            raise self.CollectError("\n".join(exc.messages)) from None
+        points, baseline = _kill_points(state, scenario, self.path)
+        if points is None:
+            yield BaselineProblem.from_parent(self, name="baseline", scenario=scenario.name,
+                                              problems=baseline.get("problems") or ["the baseline did not pass"])
+            return
+        from chaos.schedules import pinned_cases
+        from chaos.schedules.exhaustive import Exhaustive
+
+        regression = "regression" in scenario.tags or "regressions" in self.path.parts
+        if regression or state.mode == "pinned":
+            specs = list(pinned_cases(points))
+        else:
+            specs = list(Exhaustive(("kill",), pinned=True).cases([points]))
+        for spec in specs:
+            yield KillpointCase.from_parent(self, name=spec.id.partition("::")[2], case_id=spec.id,
+                                            origin=spec.origin, index=spec.index)
+
+
+def _kill_points(state: _KillpointState, scenario, path: Path):
+    """(ScenarioPoints or None, cached baseline payload) for ``scenario``: from the cache, or computed under a lock."""
+    import hashlib
+
+    from chaos.campaign import agent_key, bundled_agent
+
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    # The campaign's cache key: scenario name, file digest, and the *correct* agent (kill points never depend on
+    # AGENT_BUGS: they come from the crash-free baseline of the correct agent).
+    stem = f"{scenario.name}-{digest}-{agent_key(bundled_agent())}"
+    ctx = state.context()
+    ctx.config.scenarios[scenario.name] = str(path)
+    ctx.config.cache_keys[scenario.name] = stem
+    target = state.cache / f"{stem}.json"
+    payload = _read_json(target)
+    if payload is None:
+        state.cache.mkdir(parents=True, exist_ok=True)
+        with open(state.cache / f".{stem}.lock", "w") as lock:
+            # One computing process per scenario; the others (xdist workers, shards) wait and read its result.
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            payload = _read_json(target)
+            if payload is None:
+                from chaos.workers import discover_baseline
+
+                payload = _publish(target, discover_baseline(ctx, scenario.name))
+    if not payload.get("ok"):
+        return None, payload
+    from chaos.schedules import ScenarioPoints, Transaction
+
+    points = ScenarioPoints(scenario.name, tuple(Transaction.from_json(t) for t in payload["transactions"]),
+                            tuple(tuple(s.faults) for s in scenario.schedules), tuple(scenario.tags),
+                            len(scenario.runs), tuple(len(r.turns) for r in scenario.runs))
+    return points, payload
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _publish(path: Path, value):
+    """Write ``value`` at ``path`` unless someone already did (``link`` is first-writer-wins); return what is there."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(value, f, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        pass
+    finally:
+        tmp.unlink(missing_ok=True)
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Items
+
+
+class KillpointFailure(Exception):
+    """A case did not pass: ``text`` is the readable verdict (invariants and evidence), not a traceback."""
+
+    def __init__(self, text: str, invariants: list[str]):
+        super().__init__(text)
+        self.text = text
+        self.invariants = invariants
+
+
+class KillpointCase(pytest.Item):
+    """One case: the scenario under one fault schedule, run by the supervisor and judged by the oracle."""
+
+    def __init__(self, *, case_id: str, origin: str, index: int, **kw):
+        super().__init__(**kw)
+        self.case_id = case_id
+        self.origin = origin
+        self.index = index
+
+    def runtest(self) -> None:
+        state: _KillpointState = self.config.stash[_STATE]
+        from chaos.schedules import spec_from_id
+        from chaos.workers import FAIL, NOT_REACHED, PASS, execute
+
+        ctx = state.context()
+        spec = spec_from_id(self.case_id, origin=self.origin, index=self.index)
+        outcome = execute(ctx, spec)
+        self.user_properties.append(("case_id", self.case_id))
+        if outcome.status == PASS:
+            return
+        result = outcome.result
+        lines = [f"killpoint case {self.case_id} did not pass: {outcome.status} (agent {result.verdict})"]
+        if state.bugs:
+            lines[0] += f" with AGENT_BUGS={','.join(state.bugs)}"
+        invariants = []
+        if outcome.status == FAIL:
+            for failure in outcome.failures:
+                invariants.append(failure["invariant"])
+                lines.append(f"  invariant {failure['invariant']} failed:")
+                evidence = failure.get("evidence")
+                texts = [_finding_text(e) for e in evidence] if isinstance(evidence, list) else [failure["message"]]
+                lines += [f"    - {t}" for t in texts[:12]]
+                if isinstance(evidence, list) and len(evidence) > 12:
+                    lines.append(f"    … {len(evidence) - 12} more (see the case directory)")
+        elif outcome.status == NOT_REACHED:
+            lines.append(f"  a fault of the schedule was not reached or not applicable: {result.detail}")
+        else:
+            lines.append(f"  {result.detail}")
+        if result.detail and outcome.status == FAIL:
+            lines.append(f"  supervisor: {result.detail}")
+        if result.case_dir:
+            lines.append(f"  case directory: {result.case_dir}")
+        for invariant in invariants:
+            self.user_properties.append(("invariant", invariant))
+        schedule = "+".join(spec.schedule)
+        where = self.path
+        if _inside(where, Path(str(self.config.rootpath))):
+            where = where.relative_to(Path(str(self.config.rootpath)))  # the command is run from the rootdir
+        repro = f"chaos run {where} --kill '{schedule}'"
+        if state.bugs:
+            repro += f" --agent-bugs {','.join(state.bugs)}"
+        lines.append(f"  reproduce: {repro}")
+        raise KillpointFailure("\n".join(lines), invariants)
+
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, KillpointFailure):
+            return excinfo.value.text
+        return super().repr_failure(excinfo, style=style)
+
+    def reportinfo(self):
+        return self.path, None, f"killpoint {self.case_id}"
+
+
+class BaselineProblem(pytest.Item):
+    """The crash-free baseline of a scenario did not pass (or did not repeat itself): no kill point can be trusted."""
+
+    def __init__(self, *, scenario: str, problems: list[str], **kw):
+        super().__init__(**kw)
+        self.scenario = scenario
+        self.problems = problems
+
+    def runtest(self) -> None:
+        text = "\n".join([f"the crash-free baseline of {self.scenario} did not pass; no case was collected:"]
+                         + [f"  - {p}" for p in self.problems])
+        raise KillpointFailure(text, ["baseline"])
+
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, KillpointFailure):
+            return excinfo.value.text
+        return super().repr_failure(excinfo, style=style)
+
+    def reportinfo(self):
+        return self.path, None, f"killpoint {self.scenario} baseline"
+
+
+def _finding_text(evidence) -> str:
+    """One readable line from a finding's JSON (``chaos.oracle.Finding.to_json``)."""
+    if not isinstance(evidence, dict):
+        return str(evidence)
+    where = [str(evidence[k]) for k in ("where",) if evidence.get(k)]
+    for key in ("line", "seq", "call", "request"):
+        if evidence.get(key) is not None:
+            where.append(f"{key} {evidence[key]}")
+    return (", ".join(where) + ": " if where else "") + str(evidence.get("message", ""))
