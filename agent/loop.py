@@ -158,8 +158,14 @@ class Loop:
         executor.observers.append(self.steps.observe)
 
     def plan(self) -> dict:
-        """The planner's next plan for the durable state (planner-level bug switches applied)."""
-        return plan_recovery(self.store.state, self.model.current, bugs=self.planner_bugs)
+        """The planner's next plan for the durable state (planner-level bug switches applied to recovery plans)."""
+        # Planner-level bug switches model defects of *recovery* code (upstream's planner only ever decided what to
+        # do with a state found on disk after a crash; its live loop decided on its own). So a switch applies to the
+        # recovery decision of a process: the plans it makes before it has committed anything itself. That is what
+        # makes the stale-assistantCalls defect invisible to crash-free runs and found only by a kill between the
+        # final answer and its terminal record, as in the field.
+        bugs = self.planner_bugs if self.executor.commits == 0 else frozenset()
+        return plan_recovery(self.store.state, self.model.current, bugs=bugs)
 
     # -------------------------------------------------------------------------------------------- drive
 
