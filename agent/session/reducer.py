@@ -13,8 +13,10 @@ Invariants:
 - ``Reduction`` is a ``dict`` whose JSON form is exactly the exported SessionState (§10); the context boundary
   (§10.4) travels beside it as the attribute ``.boundary``.
 
-Lookups by arbitrary JSON values would raise ``TypeError`` for unhashable ones, so every ID is format-checked before
-it is used as a key, and every membership test against a constant set first checks that the value is a string.
+Lookups by arbitrary JSON values would raise ``TypeError`` for unhashable ones, so every lookup key and every value
+tested against a constant set is first checked to be a string. Values must come from ``framing.parse_line`` (the
+store re-parses its own serialized candidate), so strings hold no lone surrogates and containers are plain lists and
+dicts.
 
 Not here: framing and strict JSON (``framing``), canonical JSON (``digests``), the planner, any I/O or clock. The
 reducer never knows the current tools, model or environment (§1).
