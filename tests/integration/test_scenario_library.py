@@ -168,9 +168,20 @@ def test_the_witness_table_covers_every_rule_plan_type_and_synthetic_reason():
     """The witness table names every SPEC §14.4 rule once, and its plans cover every plan variant and reason."""
     from chaos.campaign import PLANNER_RULES
 
+    from chaos.faults import parse_schedule
+    from chaos.scenario import load_scenario
+
     assert list(WITNESSES) == list(PLANNER_RULES)
     assert {w[2] for w in WITNESSES.values()} == PLAN_VARIANTS
     assert {r for w in WITNESSES.values() for r in w[3]} == REASONS
+    # Each witness is a case of the *default* campaign: a single plain kill at a phase the exhaustive policy
+    # enumerates (the witness run proves the baseline reaches it), or one of the scenario's pinned schedules.
+    for rule, (name, schedule, _, _) in WITNESSES.items():
+        faults = parse_schedule(schedule)
+        pinned = [list(s.faults) for s in load_scenario(LIBRARY / f"{name}.toml").schedules]
+        exhaustive = len(faults) == 1 and faults[0].action == "kill" and faults[0].point.phase in (
+            "before-write", "after-sync")
+        assert exhaustive or schedule.split("+") in pinned, rule
 
 
 @pytest.mark.slow
