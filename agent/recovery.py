@@ -104,32 +104,6 @@ class Model:
     summary_options: dict | None = None  # output options of the compaction summary request
 
 
-class _ReductionView(dict):
-    """A shallow copy of a Reduction carrying ``boundary`` and ``compaction_started`` out of band (not in JSON)."""
-
-    def __init__(self, state, compaction_started: dict):
-        super().__init__(state)
-        self.boundary = getattr(state, "boundary", None)
-        self.compaction_started = compaction_started
-
-
-def find_compaction_started(store, operation_id: str) -> dict:
-    """The ``compactionStarted`` record of ``operation_id`` from the committed bytes of the store's file."""
-    import json
-
-    with open(store.path, "rb") as handle:
-        data = handle.read(store.state["repairedLength"])
-    for raw in data.split(b"\n")[1:]:
-        if b'"compactionStarted"' not in raw:
-            continue
-        value = json.loads(raw)
-        for fact in value if isinstance(value, list) else (value,):
-            record = fact.get("record") if fact.get("kind") == "record" else None
-            if record and record.get("type") == "compactionStarted" and record.get("operationId") == operation_id:
-                return record
-    raise PlanExecutionError(f"no compactionStarted record for operation {operation_id}")
-
-
 class Executor:
     """Executes plans for one open store; ``commits`` counts the transactions it committed (the loop's progress
     check) and ``observers`` see every committed transaction."""
@@ -145,7 +119,6 @@ class Executor:
         self.commits = 0
         # Called with every committed transaction (the loop's step counter listens here).
         self.observers: list[Callable[[list[dict]], None]] = []
-        self._compaction: dict | None = None
 
     # ------------------------------------------------------------------------------------------------ commits
 
@@ -192,19 +165,9 @@ class Executor:
                 self.commit(facts)
 
     def _state(self):
-        """The durable state, with the current ``compactionStarted`` record attached for a compaction operation.
-
-        materialize builds the compaction entry from that record's ID lists (``reduction.compaction_started``),
-        which the exported SessionState does not carry. When the reducer does not provide it, it is read from the
-        committed file once per operation (a compaction is rare; the file is valid, the store just reduced it).
-        """
-        state = self.store.state
-        operation = state["operation"]
-        if operation["kind"] != "compaction" or getattr(state, "compaction_started", None) is not None:
-            return state
-        if self._compaction is None or self._compaction["operationId"] != operation["operationId"]:
-            self._compaction = find_compaction_started(self.store, operation["operationId"])
-        return _ReductionView(state, self._compaction)
+        """The durable state; for a compaction it carries ``compaction_started`` (the record whose ID lists
+        materialize needs to build the compaction entry, SPEC §15.2) out of band, from the reducer."""
+        return self.store.state
 
     def _start_step(self, plan: Mapping) -> None:
         state = self._state()

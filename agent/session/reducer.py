@@ -169,7 +169,8 @@ class _Op:
     """An operation. Never mutated once stored: a transaction that changes it stores a clone (§4.1)."""
 
     __slots__ = (
-        "id", "kind", "finished", "abort", "input", "result", "step", "latest_step", "pending", "ncalls", "calls"
+        "id", "kind", "finished", "abort", "input", "result", "step", "latest_step", "pending", "ncalls", "calls",
+        "started",
     )
 
     def __init__(self, op_id, kind, input_id, result_id):
@@ -184,12 +185,14 @@ class _Op:
         self.pending = 0  # started tools still pending
         self.ncalls = 0  # length of ``calls`` once the transaction is adopted
         self.calls = []  # exported ToolCallState dicts; mutated only by ``Reducer.adopt``
+        self.started = None  # compaction: its compactionStarted record (the executor needs its ID lists, §15.2)
 
     def clone(self) -> _Op:
         other = _new_op(_Op)
         other.id, other.kind, other.finished, other.abort = self.id, self.kind, self.finished, self.abort
         other.input, other.result, other.step, other.latest_step = self.input, self.result, self.step, self.latest_step
         other.pending, other.ncalls, other.calls = self.pending, self.ncalls, self.calls
+        other.started = self.started
         return other
 
 
@@ -243,11 +246,14 @@ class Reduction(dict):
     message dicts are shared with the reducer: treat a Reduction as read-only.
     """
 
-    __slots__ = ("boundary",)
+    __slots__ = ("boundary", "compaction_started")
 
-    def __init__(self, *args, boundary: str | None = None, **kwargs):
+    def __init__(self, *args, boundary: str | None = None, compaction_started: dict | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.boundary = boundary
+        # The current compaction's compactionStarted record (None otherwise). Not part of SessionState, but the
+        # executor needs its ID lists to build the compaction entry (§15.2), and the state does not carry them.
+        self.compaction_started = compaction_started
 
 
 class Staged:
@@ -465,6 +471,7 @@ class Reducer:
             operation=operation,
             repairedLength=repaired_length,
             boundary=self._boundary,
+            compaction_started=op.started if op is not None else None,
         )
 
     # ------------------------------------------------------------------ overlay lookups and reservations
@@ -861,7 +868,8 @@ class Reducer:
             raise E("INVALID_FACT", line, seq)
         if digest != self._source_digest(t, count):
             raise E("INVALID_REFERENCE", line, seq)
-        t.objs[op_id] = _Op(op_id, "compaction", through_id, result_id)
+        op = t.objs[op_id] = _Op(op_id, "compaction", through_id, result_id)
+        op.started = record
         t.current = op_id
 
     def _source_digest(self, t: Staged, count: int) -> str:
