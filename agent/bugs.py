@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from agent.errors import AgentError
+from agent.session.planner import PLANNER_BUGS
 
 # name -> one-line description (what the defective agent does). Order: the order `python -m agent bugs` prints.
 BUGS: dict[str, str] = {
@@ -37,16 +38,7 @@ BUGS: dict[str, str] = {
     "no-torn-tail-repair": "store is opened without truncating a torn tail, so the next append follows it",
 }
 
-PLANNER_BUGS: frozenset[str] = frozenset(
-    {
-        "stale-assistant-calls",
-        "pre-exec-synthetic-repeat",
-        "replay-never-tools",
-        "unbounded-retry",
-        "ignore-configuration-change",
-        "replay-ignores-environment",
-    }
-)
+# The planner owns the names of its switches (it rejects unknown ones); one list, so the two cannot drift apart.
 EXECUTOR_BUGS: frozenset[str] = frozenset(BUGS) - PLANNER_BUGS
 
 ENV_VAR = "AGENT_BUGS"
