@@ -26,6 +26,7 @@ Not here: rendering reports (``chaos.report``), judging (``chaos.oracle``), runn
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import hashlib
 import json
@@ -304,8 +305,10 @@ def _load_json(path: Path) -> Any | None:
 def _points(entry: Entry, transactions: Sequence[Mapping]) -> ScenarioPoints:
     sc = entry.scenario
     pinned = tuple(tuple(s.faults) for s in sc.schedules)
+    abortable = any("abort-requested" in c for rule in sc.expect.when for c in rule.when) or any(
+        (rule.outcome or "").startswith("aborted") for rule in sc.expect.when)
     return ScenarioPoints(entry.name, tuple(Transaction.from_json(t) for t in transactions), pinned, tuple(sc.tags),
-                          len(sc.runs), tuple(len(r.turns) for r in sc.runs))
+                          len(sc.runs), tuple(len(r.turns) for r in sc.runs), abortable=abortable)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -532,8 +535,7 @@ class Campaign:
         for e in self.entries:
             if e.ok and e.name in self.recoveries:
                 rec = {k: Recovery.from_json(v) for k, v in self.recoveries[e.name].items()}
-                e.points = ScenarioPoints(e.points.scenario, e.points.transactions, e.points.pinned, e.points.tags,
-                                          e.points.runs, e.points.turns, rec)
+                e.points = dataclasses.replace(e.points, recoveries=rec)
 
     def _drain(self, pool: WorkerPool, count: int) -> Iterator[tuple[tuple, str, Any]]:
         got = 0
@@ -658,11 +660,18 @@ class Campaign:
         done = len(journal)
         failures = sum(1 for r in journal if r["status"] == FAIL)
         total = plan.get("cases")
-        limit = o.duration if o.mode == "random" and o.duration is not None else o.budget
-        if total is not None and o.depth == 2:
+        # --duration defines a random campaign (its total across resumed sessions); --budget bounds one session,
+        # so a resumed nightly campaign gets its budget again.
+        if o.mode == "random" and o.duration is not None:
+            limit, spent = o.duration, self._elapsed
+        else:
+            limit, spent = o.budget, (lambda: time.monotonic() - self.t0)
+        if total is not None:
+            # Printed before the first case (the nightly depth-2 list can be long): a case with a kill costs about
+            # one and a half crash-free runs (the restart and the two convergence probes on top).
             mean = _mean([d for e in self.entries for d in (e.baseline.get("durations") or [])]) or 1.0
             workers = o.workers or os.cpu_count() or 1
-            eta = (total - done) * mean * 1.5 / workers  # a case with kills costs ~1.5 baselines (restart + probes)
+            eta = (total - done) * mean * 1.5 / workers
             self.reporter.message(f"{total} cases ({done} already done), ETA ~{_hms(eta)} on {workers} worker(s)")
         self.reporter.start(total, done, failures)
         cases = self.cases()
@@ -689,7 +698,7 @@ class Campaign:
                         halted = True
                         pool.cancel_queued()
                         self.reporter.message("--fail-fast: a failure reproduced; finishing the cases in flight")
-                if limit is not None and not (halted or exhausted) and self._elapsed() > limit:
+                if limit is not None and not (halted or exhausted) and spent() > limit:
                     halted = True
                     pool.cancel_queued()
                     self.reporter.message(f"time budget of {_hms(limit)} used up: no more cases are started")
@@ -767,6 +776,8 @@ def run_campaign(options: CampaignOptions, *, reporter: Reporter | None = None, 
             options.workers = workers
         return Campaign(options, directory, reporter, command=command, resume=True).run()
     options.check()
+    if list_only and options.mode == "random" and options.cases is None:
+        raise CampaignError("--list needs a finite case list: use --cases N with --mode random")
     options.name = options.name or default_name()
     directory = Path(options.out) / options.name
     if not list_only:

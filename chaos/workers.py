@@ -374,7 +374,7 @@ def _shrink(ctx: Context, spec, invariant: str, slug: str) -> dict[str, Any]:
     kept: dict[str, Outcome] = {}
 
     def still_fails(candidate) -> bool:
-        outcome = execute(ctx, candidate, name=f"{shrink_dir}/{len(kept) + 1:02d}")
+        outcome = execute(ctx, candidate, name=f"{shrink_dir}-{len(kept) + 1:02d}")
         kept[candidate.id] = outcome
         return invariant in outcome.invariants
 

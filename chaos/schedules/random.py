@@ -10,8 +10,10 @@ drawing the 1233 before it, and a shard or a resumed campaign produces the very 
 
 Schedule shape. The first fault names a baseline transaction (``FACT@PHASE#N``, so it reads like an exhaustive
 case); later faults land during recovery, whose layout is unknown before running, so they name a transaction number
-(``tx:K@PHASE``) after the previous fault's. A later fault that the case never reaches makes the case
-``kill-point-not-reached`` (coverage), not a failure. At most one provider fault per case (``llm(...)@RUN.TURN``).
+(``tx:K@PHASE``) after the previous fault's, at most one transaction per earlier fault past the baseline's count. A
+later fault that the case never reaches makes the case ``kill-point-not-reached`` (coverage), not a failure. At most
+one provider fault per case (``llm(...)@RUN.TURN``). ``int`` (SIGINT: the agent aborts) is drawn only for scenarios
+whose expectations say what an abort ends with (``ScenarioPoints.abortable``); elsewhere it becomes a plain kill.
 """
 
 from __future__ import annotations
@@ -76,6 +78,10 @@ class Random:
         total = len(points.transactions)
         for _ in range(n):
             action = rng.choice(self.actions)
+            if action == "int" and not points.abortable:
+                # An abort changes the outcome; a scenario whose expectations do not say what an abort ends with
+                # would report every SIGINT as a failure of the agent. Such scenarios get a plain kill instead.
+                action = "kill"
             if action == "llm":
                 if not llm:
                     llm.append(_llm_fault(rng, points))
@@ -85,8 +91,9 @@ class Random:
                 fault = _first_fault(rng, action, tx)
                 last = tx.tx
             else:
-                # Recovery re-announces at most the rest of the baseline plus a few recovery transactions.
-                k = rng.randint(last + 1, max(last + 1, total + 2))
+                # Recovery announces at most the rest of the baseline plus one re-announced transaction per earlier
+                # fault (a kill at before-write counts a transaction that recovery writes again).
+                k = rng.randint(last + 1, max(last + 1, total + len(faults)))
                 fault = _later_fault(rng, action, k)
                 last = k
             faults.append(fault)

@@ -1,11 +1,11 @@
-"""A flaky agent for the campaign's tests: the real agent, but every other case it runs is silently buggy.
+"""A flaky agent for the campaign's tests: the real agent, except that every other case dies at its first launch.
 
 Wraps ``python -m agent``. Each case starts with ``run --session-dir DIR``; that launch takes a number from a shared
 counter file (``FLAKY_COUNTER``, under an exclusive lock, so concurrent workers never share a number). The first
-``FLAKY_SKIP`` numbers (the campaign's crash-free baseline runs) are correct; after that odd numbers turn on
-``AGENT_BUGS=stale-assistant-calls`` for the whole case (the decision is kept next to the session directory, so the
-case's ``resume`` launches behave the same), even numbers are correct. Run sequentially (one worker), a failing case
-is followed by its re-run with the next, even number: it does not reproduce, which is what ``flaky`` means.
+``FLAKY_SKIP`` numbers (the campaign's crash-free baseline runs) behave; after that an odd number makes the launch
+exit 1 at once, before it touches anything (as an agent that crashes on start-up now and then would), and an even
+number behaves. Run sequentially (one worker), a failing case is followed by its re-run with the next, even number:
+it does not reproduce, which is what ``flaky`` means. Every other launch is the real agent, unchanged.
 
 Run as a script (``sys.executable flaky.py …``); never imported by the tests.
 """
@@ -18,7 +18,6 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-MARK = ".flaky-bugs"
 
 
 def take_number(path: str) -> int:
@@ -35,20 +34,13 @@ def take_number(path: str) -> int:
 
 
 def main(argv: list[str]) -> None:
-    env = dict(os.environ)
-    mark: Path | None = None
     if argv[:1] == ["run"] and "--session-dir" in argv:
-        mark = Path(argv[argv.index("--session-dir") + 1]).parent / MARK
-        n = take_number(env["FLAKY_COUNTER"])
-        skip = int(env.get("FLAKY_SKIP", "0"))
-        mark.write_text("stale-assistant-calls" if n > skip and (n - skip) % 2 == 1 else "", encoding="ascii")
-    else:
-        # resume/abort/compact/run --session FILE: the session file lives in <case>/sessions/.
-        session = next((a for a in argv[1:] if a.endswith(".jsonl")), None)
-        if session is not None:
-            mark = Path(session).parent.parent / MARK
-    if mark is not None and mark.is_file():
-        env["AGENT_BUGS"] = mark.read_text(encoding="ascii")
+        n = take_number(os.environ["FLAKY_COUNTER"])
+        skip = int(os.environ.get("FLAKY_SKIP", "0"))
+        if n > skip and (n - skip) % 2 == 1:
+            print(f"flaky: launch {n} fails on purpose", file=sys.stderr)
+            raise SystemExit(1)
+    env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     os.execve(sys.executable, [sys.executable, "-m", "agent", *argv], env)
 

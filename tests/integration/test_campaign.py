@@ -46,13 +46,13 @@ def cli(*args: str, **kw) -> subprocess.CompletedProcess:
                           timeout=300, **kw)
 
 
-def lingering(marker: str) -> list[psutil.Process]:
-    """Processes whose command line mentions ``marker`` (a test's private directory)."""
+def lingering(marker: str) -> list[str]:
+    """Live processes whose command line mentions ``marker`` (a test's private directory), as readable lines."""
     out = []
-    for p in psutil.process_iter(["cmdline"]):
+    for p in psutil.process_iter(["cmdline", "status", "ppid"]):
         try:
-            if any(marker in a for a in p.info["cmdline"] or []):
-                out.append(p)
+            if p.info["status"] != psutil.STATUS_ZOMBIE and any(marker in a for a in p.info["cmdline"] or []):
+                out.append(f"{p.pid} (parent {p.info['ppid']}, {p.info['status']}): {' '.join(p.info['cmdline'])}")
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
     return out
@@ -62,33 +62,36 @@ class TestExhaustive:
     def test_correct_agent_passes_with_full_coverage(self, tmp_path, cache):
         """Every kill point of the baseline is reached, every case holds, and the journal has one line per case."""
         result = campaign(tmp_path, "ok", cache, TOOL)
-        assert result.cases["planned"] == 16 and result.cases["pass"] == 16 and result.ok and result.complete
-        assert result.failures == [] and result.kills == 16 and result.restarts >= 16
+        assert result.cases["planned"] == 17 and result.cases["pass"] == 17 and result.ok and result.complete
+        assert result.failures == [] and result.kills == 18 and result.restarts >= 18
         points = result.coverage["points"]
         assert points["toolStarted@after-sync"] == {"reached": 1, "total": 1}
-        assert all(v["reached"] == v["total"] > 0 for v in points.values())
+        assert all(v["reached"] == v["total"] > 0 for v in points.values()) and len(points) == 16  # 8 facts x 2
         assert {"P7.2.4", "P5.2"} <= set(result.coverage["rules"])  # untouched read; settled final answer
-        assert len(read_lines(tmp_path / "ok" / "journal.jsonl")[0]) == 16
+        assert len(read_lines(tmp_path / "ok" / "journal.jsonl")[0]) == 17
         saved = json.loads((tmp_path / "ok" / "result.json").read_text())
         assert saved["cases"] == result.cases and saved["coverage"] == result.coverage
         assert result.baselines["tool-answer"]["ok"] and result.versions["python"]
 
     def test_stale_assistant_calls_is_found_and_shrunk_to_one_kill(self, tmp_path, cache):
-        """Under the stale-calls bug, multi-fault random schedules fail and shrink to a single plain kill."""
-        result = campaign(tmp_path, "stale", cache, TOOL, bugs=("stale-assistant-calls",), mode="random", seed=6,
-                          cases=2, max_faults=3, random_actions=["kill", "torn"])
+        """Under the stale-calls bug exactly the kills in its window fail, each shrunk to a single kill."""
+        result = campaign(tmp_path, "stale", cache, TOOL, bugs=("stale-assistant-calls",))
         records = read_journal(tmp_path / "stale" / "journal.jsonl")
-        assert result.cases["fail"] == 2 and not result.ok
-        assert any(len(spec_from_id(cid).faults) > 1 for cid in records)  # something to shrink
-        for record in records.values():
-            assert record["status"] == "fail" and record["rerun"]["status"] == "fail"
+        failed = {cid: r for cid, r in records.items() if r["status"] == "fail"}
+        assert set(failed) == {"tool-answer::assistant@after-sync#2", "tool-answer::operationFinished@before-write#1",
+                               "tool-answer::toolStarted@after-sync#1+assistant@after-sync#2"}
+        assert result.cases["fail"] == 3 and result.cases["pass"] == 14 and not result.ok
+        for record in failed.values():
+            assert record["rerun"]["status"] == "fail"
             minimal = spec_from_id(record["minimal_id"])
             assert len(minimal.faults) == 1 and minimal.faults[0].action == "kill"
             assert record["shrink"]["invariant"] in {f["invariant"] for f in record["failures"]}
             assert (tmp_path / "stale" / record["minimal_case_dir"]).is_dir()
-        assert {"converges", "outcome"} & set(result.failures_by_invariant)
-        group = result.failures[0]
-        assert group["count"] >= 1 and len(group["minimal"]) == 1
+        pinned = failed["tool-answer::toolStarted@after-sync#1+assistant@after-sync#2"]
+        assert pinned["minimal"] == ["assistant@after-sync#2"] and pinned["shrink"]["steps"]
+        facts = {g["fact"] for g in result.failures}
+        assert facts == {"assistant", "operationFinished"} and all(g["action"] == "kill" for g in result.failures)
+        assert sum(g["count"] for g in result.failures if g["invariant"] == result.failures[0]["invariant"]) >= 2
 
 
 class TestResume:
@@ -101,12 +104,15 @@ class TestResume:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and len(read_lines(journal)[0]) < 5:
             time.sleep(0.05)
+        tree = psutil.Process(proc.pid).children(recursive=True)  # forkserver, workers, agents of this moment
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         before = read_lines(journal)[0]
-        assert proc.returncode == -signal.SIGKILL and 5 <= len(before) < 16
+        assert proc.returncode == -signal.SIGKILL and 5 <= len(before) < 17
         # Workers die with their forkserver (PR_SET_PDEATHSIG); an agent at a barrier loses its channel and exits 7.
-        deadline = time.monotonic() + 10
+        _, alive = psutil.wait_procs(tree, timeout=15)
+        assert alive == []
+        deadline = time.monotonic() + 15  # agents a worker started after the snapshot end by themselves too
         while lingering(str(tmp_path / "r")) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert lingering(str(tmp_path / "r")) == []
@@ -114,27 +120,27 @@ class TestResume:
         assert done.returncode == 0, done.stdout + done.stderr
         after = read_lines(journal)[0]
         ids = [r["id"] for r in after]
-        assert len(ids) == len(set(ids)) == 16
+        assert len(ids) == len(set(ids)) == 17
         assert after[: len(before)] == before  # finished cases were neither redone nor lost
         result = json.loads((tmp_path / "r" / "result.json").read_text())
-        assert result["cases"]["done"] == result["cases"]["planned"] == 16 and result["complete"]
+        assert result["cases"]["done"] == result["cases"]["planned"] == 17 and result["complete"]
         assert lingering(str(tmp_path / "r")) == []
 
 
 class TestShards:
     def test_two_shards_merged_equal_the_unsharded_case_set(self, tmp_path, cache):
         """Shards 1/2 and 2/2 are disjoint and, merged, hold exactly the unsharded campaign's cases."""
-        everything = run_campaign(CampaignOptions(scenarios=[TOOL], out=str(tmp_path), cache=cache),
+        everything = run_campaign(CampaignOptions(scenarios=[GREETING], out=str(tmp_path), cache=cache),
                                   list_only=True)
-        one = campaign(tmp_path, "s1", cache, TOOL, shard="1/2")
-        two = campaign(tmp_path, "s2", cache, TOOL, shard="2/2")
+        one = campaign(tmp_path, "s1", cache, GREETING, shard="1/2")
+        two = campaign(tmp_path, "s2", cache, GREETING, shard="2/2")
         ids1 = set(read_journal(tmp_path / "s1" / "journal.jsonl"))
         ids2 = set(read_journal(tmp_path / "s2" / "journal.jsonl"))
         assert ids1 and ids2 and not ids1 & ids2
         merged = merge_journals([tmp_path / "s1", tmp_path / "s2"])
         assert {r["id"] for r in merged.records} == ids1 | ids2 == set(everything)
-        assert merged.cases["planned"] == one.cases["planned"] + two.cases["planned"] == len(everything)
-        assert merged.coverage["points"]["assistant@after-sync"] == {"reached": 2, "total": 2}
+        assert merged.cases["planned"] == one.cases["planned"] + two.cases["planned"] == len(everything) == 8
+        assert merged.coverage["points"]["assistant@after-sync"] == {"reached": 1, "total": 1}
         written = write_merged([tmp_path / "s1", tmp_path / "s2"], tmp_path / "merged")
         assert set(read_journal(tmp_path / "merged" / "journal.jsonl")) == set(everything)
         assert json.loads((tmp_path / "merged" / "result.json").read_text())["cases"] == written.cases
@@ -182,13 +188,34 @@ class TestFlaky:
             assert entry["invariants"] and entry["rerun"]["status"] == "pass"
 
 
+class TestDepth2:
+    def test_recovery_kill_points_are_discovered_and_pruned(self, tmp_path, cache):
+        """--depth 2 lists a second kill at every recovery transaction, one first kill per distinct durable state."""
+        opts = CampaignOptions(scenarios=[GREETING], out=str(tmp_path), cache=cache, depth=2)
+        ids = run_campaign(opts, list_only=True)
+        first_level = [i for i in ids if "+" not in i]
+        second = [spec_from_id(i) for i in ids if "+" in i]
+        assert len(first_level) == 8 and second
+        firsts = list(dict.fromkeys(c.schedule[0] for c in second))
+        # after-sync of transaction T and before-write of T+1 leave the same bytes: only the first is kept.
+        assert "stepAttempt@before-write#1" not in firsts and "runStarted@after-sync#1" in firsts
+        # Distinct states: 0..4 transactions durable; after the 4th (operationFinished) recovery writes nothing.
+        assert firsts == ["runStarted@before-write#1", "runStarted@after-sync#1", "stepAttempt@after-sync#1",
+                          "assistant@after-sync#1"]
+        for case in second:
+            assert case.faults[1].point.phase in ("before-write", "after-sync")
+        again = run_campaign(opts, list_only=True)  # cached: the very same list
+        assert again == ids
+
+
 class TestCli:
     def test_list_prints_the_case_ids(self, cache):
         """--list prints one case id per line and runs nothing."""
         out = cli("campaign", TOOL, "--list", "--cache", cache)
         assert out.returncode == 0, out.stderr
         lines = out.stdout.split()
-        assert len(lines) == 16 and lines[0] == "tool-answer::runStarted@before-write#1"
+        assert len(lines) == 17 and lines[0] == "tool-answer::runStarted@before-write#1"
+        assert lines[-1] == "tool-answer::toolStarted@after-sync#1+assistant@after-sync#2"  # pinned, last
 
     @pytest.mark.parametrize(
         ("args", "message"),
