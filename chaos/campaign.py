@@ -87,6 +87,7 @@ class CampaignOptions:
     depth: int = 1
     faults: list[str] = field(default_factory=lambda: ["kill"])  # exhaustive families (FAULT_FAMILIES)
     pinned: bool = True
+    pinned_only: bool = False  # only the scenarios' [[schedules]] (CI regression runs), no enumeration
     seed: int | None = None
     cases: int | None = None  # random: number of cases
     duration: float | None = None  # random: seconds
@@ -559,10 +560,10 @@ class Campaign:
         else:
             policies: list[Any] = []
             actions = tuple(a for a in ("kill", "int", "ioerror", "dresume") if a in o.faults)
-            policies.append(Exhaustive(actions, pinned=o.pinned))
-            if "torn" in o.faults or "powerloss" in o.faults:
+            policies.append(Exhaustive(() if o.pinned_only else actions, pinned=o.pinned or o.pinned_only))
+            if ("torn" in o.faults or "powerloss" in o.faults) and not o.pinned_only:
                 policies.append(Torn(powerloss="powerloss" in o.faults, torn="torn" in o.faults))
-            if o.depth == 2:
+            if o.depth == 2 and not o.pinned_only:
                 policies.append(Depth2())
             stream = _chain(p.cases(lib) for p in policies)
         if o.shard:

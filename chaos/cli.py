@@ -306,6 +306,7 @@ def _campaign_usage(lines: list[str]) -> None:
 @click.option("-j", "--workers", type=click.IntRange(min=0), default=0, help="parallel workers [default: CPUs]")
 @click.option("--shard", metavar="K/N", help="run the K-th of N deterministic parts (by first fault)")
 @click.option("--fail-fast", is_flag=True, help="stop starting cases after the first reproduced failure")
+@click.option("--pinned-only", is_flag=True, help="only the scenarios' pinned [[schedules]] (CI regressions)")
 @click.option("--agent", "agent_config", type=click.Path(path_type=str), metavar="CONFIG.toml",
               help="campaign another agent (command, env, protocol) instead of the bundled one")
 @click.option("--agent-bugs", default="", metavar="NAMES", help="AGENT_BUGS for the cases (never the baseline)")
@@ -324,7 +325,7 @@ def _campaign_usage(lines: list[str]) -> None:
 @click.option("--case-timeout", type=click.FloatRange(min=0.1), default=120.0, show_default=True,
               help="wall-clock limit per case, seconds")
 def campaign_command(scenarios, mode, depth, faults, seed, case_count, duration, max_faults, budget, workers, shard,
-                     fail_fast, agent_config, agent_bugs, tags, list_only, nightly, name, out, cache, resume_dir,
+                     fail_fast, pinned_only, agent_config, agent_bugs, tags, list_only, nightly, name, out, cache, resume_dir,
                      keep, no_shrink, case_timeout) -> None:
     """Run many cases in parallel: with no arguments, every bundled scenario at every kill point (exhaustive, depth 1).
 
@@ -349,7 +350,7 @@ def campaign_command(scenarios, mode, depth, faults, seed, case_count, duration,
                 scenarios=list(scenarios), tags=list(tags), mode=mode, depth=depth, faults=families, seed=seed,
                 cases=case_count, duration=cp.parse_duration(duration) if duration else None, max_faults=max_faults,
                 budget=cp.parse_duration(budget) if budget else None, workers=workers, shard=shard,
-                fail_fast=fail_fast, name=name, out=out, cache=cache, keep=keep, shrink=not no_shrink,
+                fail_fast=fail_fast, pinned_only=pinned_only, name=name, out=out, cache=cache, keep=keep, shrink=not no_shrink,
                 case_seconds=case_timeout,
                 agent=cp.agent_from_config(agent_config, bugs) if agent_config else cp.bundled_agent(bugs),
             )
