@@ -27,7 +27,6 @@ import ctypes
 import hashlib
 import json
 import multiprocessing
-import os
 import shutil
 import signal
 import traceback

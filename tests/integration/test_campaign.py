@@ -7,7 +7,6 @@ bundled library grows); the kill-point cache is shared by the module's tests, as
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
