@@ -118,6 +118,7 @@ def _inside(path: Path, root: Path) -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "killpoint: a killpoint crash case collected from a scenario file")
     state = _KillpointState(config)
     config.stash[_STATE] = state
     if state.explicit:
@@ -250,6 +251,7 @@ class KillpointCase(pytest.Item):
 
     def __init__(self, *, case_id: str, origin: str, index: int, **kw):
         super().__init__(**kw)
+        self.add_marker("killpoint")  # `-m killpoint` / `-m "not killpoint"` select crash cases
         self.case_id = case_id
         self.origin = origin
         self.index = index
@@ -313,6 +315,7 @@ class BaselineProblem(pytest.Item):
 
     def __init__(self, *, scenario: str, problems: list[str], **kw):
         super().__init__(**kw)
+        self.add_marker("killpoint")
         self.scenario = scenario
         self.problems = problems
 
