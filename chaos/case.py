@@ -369,7 +369,7 @@ def run_case(scenario, schedule: Sequence[str] | str = (), *, work_dir: Path | s
     enables the differential and exactly-once checks. Never raises for agent misbehaviour; raises ``ChaosError``
     only when the harness itself cannot run (bad schedule text, socket).
     """
-    result, _, _ = _execute(scenario, schedule, work_dir=Path(work_dir), agent=agent, baseline=baseline, server=server,
+    result, _, _ = execute_case(scenario, schedule, work_dir=Path(work_dir), agent=agent, baseline=baseline, server=server,
                             limits=limits, probes=probes, keep=keep, name=name)
     return result
 
@@ -377,7 +377,7 @@ def run_case(scenario, schedule: Sequence[str] | str = (), *, work_dir: Path | s
 def run_baseline(scenario, *, work_dir: Path | str, agent: AgentSpec = AgentSpec(), server: ScriptedServer | None = None,
                  limits: Limits | None = None, keep: str = "failing") -> Baseline:
     """The crash-free run with the correct agent (``agent`` without its bugs), judged by every invariant."""
-    result, evidence, run = _execute(scenario, (), work_dir=Path(work_dir), agent=agent.without_bugs(),
+    result, evidence, run = execute_case(scenario, (), work_dir=Path(work_dir), agent=agent.without_bugs(),
                                      baseline=None, server=server, limits=limits, probes=2, keep=keep, name=None)
     facts = (oracle.baseline_facts(evidence, result.invariants) if evidence is not None
              else oracle.BaselineFacts([], {}, {}, False))
@@ -385,12 +385,15 @@ def run_baseline(scenario, *, work_dir: Path | str, agent: AgentSpec = AgentSpec
     return Baseline(result, facts, killpoints(run))
 
 
-def _execute(scenario, schedule, *, work_dir: Path, agent: AgentSpec, baseline, server, limits, probes: int,
-             keep: str, name: str | None) -> tuple[CaseResult, oracle.Evidence | None, CaseRun]:
+def execute_case(scenario, schedule, *, work_dir: Path, agent: AgentSpec, baseline, server, limits, probes: int,
+                 keep: str, name: str | None) -> tuple[CaseResult, oracle.Evidence | None, CaseRun]:
+    """``run_case`` with everything it saw: (result, the oracle's evidence or None when not judged, the CaseRun)."""
     t0 = time.monotonic()
     faults = parse_schedule(schedule) if isinstance(schedule, str) else parse_schedule(list(schedule))
     cid = case_id(scenario.name, faults)
-    case_dir = _fresh_dir(work_dir, name or case_slug(cid if faults else f"{cid}::baseline"))
+    # Absolute: the agent runs with the case directory as its cwd, so a relative --workspace/--session-dir (e.g.
+    # `chaos run`'s default `--reports reports`) would name a path that does not exist from there.
+    case_dir = _fresh_dir(Path(work_dir).resolve(), name or case_slug(cid if faults else f"{cid}::baseline"))
     workspace, sessions, witness = case_dir / "workspace", case_dir / "sessions", case_dir / "witness.log"
     workspace.mkdir()
     sessions.mkdir()
@@ -449,11 +452,14 @@ def _execute(scenario, schedule, *, work_dir: Path, agent: AgentSpec, baseline, 
     return result, evidence, run
 
 
+_execute = execute_case  # the name chaos.workers imported first
+
+
 def _fresh_dir(parent: Path, name: str) -> Path:
     """A new directory ``parent/name`` (``name-2``, ``-3``… when taken): never reuse or delete another run's case."""
-    parent.mkdir(parents=True, exist_ok=True)
     for n in range(1, 10_000):
         path = parent / (name if n == 1 else f"{name}-{n}")
+        path.parent.mkdir(parents=True, exist_ok=True)  # a name may hold a sub-directory ("<slug>.shrink/01")
         try:
             path.mkdir()
             return path
@@ -517,7 +523,7 @@ def collect_evidence(cid: str, scenario, run: CaseRun, launcher: RestartLauncher
         schedule=tuple(run.schedule),
         final_log=final,
         kills=kills,
-        faults=[f.action for f in run.faults],
+        fired=[oracle.Fired(f.action, f.fault, f.launch, f.barrier) for f in run.faults],
         acknowledged=[oracle.Ack(a.tx, a.launch, a.seq_first, a.seq_last, a.start, a.end, a.synced_offset,
                                  a.file_size, a.data) for a in run.acknowledged],
         barriers=[oracle.Barrier(b.index, b.launch, b.phase, list(b.facts), b.seq_first, b.seq_last, b.offset,

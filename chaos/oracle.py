@@ -23,7 +23,7 @@ per invariant:
 5. ``effects-at-most-once`` — from the witnesses, not the log: a ``never`` tool's effect at most once per call,
    exactly once when the log records a real result (for calls the baseline shows to leave a witness); no effect
    without a durable intent; a result produced by a process other than the one that wrote the intent (a replay) only
-   for a ``safe`` read, with the content the baseline read.
+   for a ``safe`` read, in the environment that recorded the intent, with the content the baseline read.
 6. ``attempts-bounded`` — per step the server saw at most 2 requests, no more than the durable attempts, a second
    only after a kill left attempt 1 open, none after the step's live failure, none without a durable attempt.
 7. ``outcome`` — the final outcome, answer, files and effect counts equal the scenario's expectation for the durable
@@ -44,7 +44,7 @@ import json
 import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -156,6 +156,16 @@ class LaunchInfo:
 
 
 @dataclass
+class Fired:
+    """A fault of the schedule that fired: its action, its text, the launch it hit and the barrier event index."""
+
+    action: str
+    fault: str
+    launch: int
+    barrier: int | None = None
+
+
+@dataclass
 class Probe:
     """One extra ``resume`` after the case ended (convergence): its exit and the file before and after."""
 
@@ -222,7 +232,7 @@ class Evidence:
     schedule: tuple[str, ...]
     final_log: bytes
     kills: list[Kill] = field(default_factory=list)
-    faults: list[str] = field(default_factory=list)  # actions of every fired fault, in order (kill, int, ioerror…)
+    fired: list[Fired] = field(default_factory=list)  # every fault that fired, in order (kill, int, ioerror…)
     acknowledged: list[Ack] = field(default_factory=list)
     barriers: list[Barrier] = field(default_factory=list)
     launches: list[LaunchInfo] = field(default_factory=list)
@@ -252,6 +262,11 @@ class Evidence:
                 for seq in range(b.seq_first, b.seq_last + 1):
                     out[seq] = b.launch  # a later announcement of the same seq (after a kill) is the one kept
         return out
+
+    @property
+    def faults(self) -> list[str]:
+        """The actions of the fired faults, in order."""
+        return [f.action for f in self.fired]
 
     def launch(self, index: int | None) -> LaunchInfo | None:
         return next((l for l in self.launches if l.index == index), None)
@@ -401,6 +416,8 @@ class _Op:
     error: dict | None = None
     final_entry: str | None = None
     record: dict = field(default_factory=dict)
+    seq: int = 0  # seq of its runStarted/compactionStarted
+    finish_seq: int | None = None  # seq of its operationFinished
 
 
 class State:
@@ -447,7 +464,8 @@ class State:
             return
         rec = fact["record"]
         if name in ("runStarted", "compactionStarted"):
-            op = _Op(rec["operationId"], "run" if name == "runStarted" else "compaction", line, record=dict(rec))
+            op = _Op(rec["operationId"], "run" if name == "runStarted" else "compaction", line, record=dict(rec),
+                     seq=fact.get("seq") or 0)
             if op.kind == "run":
                 user = self.entries.get(rec.get("inputEntryId"), {})
                 op.prompt = user.get("message", {}).get("content")
@@ -487,6 +505,7 @@ class State:
                 op.completion = rec.get("completion")
                 op.error = rec.get("error")
                 op.final_entry = rec.get("finalEntryId")
+                op.finish_seq = fact.get("seq")
             if self.current == rec.get("operationId"):
                 self.current = None
 
@@ -1101,7 +1120,7 @@ def witness_counts(lines: Sequence[str]) -> Counter:
 def effects_at_most_once(ev: Evidence) -> InvariantResult:
     """From the witnesses: never-tool effects at most once per call (exactly once with a real result when the
     baseline shows the call leaves a witness); no effect without durable intent; re-execution by a later process only
-    for safe reads, with the content the baseline read."""
+    for safe reads, in the environment that recorded the intent, with the content the baseline read."""
     findings: list[Finding] = []
     counts = witness_counts(ev.witness)
     state = ev.final.state()
@@ -1141,6 +1160,14 @@ def effects_at_most_once(ev: Evidence) -> InvariantResult:
             elif decl is not None and (decl.get("replay") != "safe" or decl.get("replayKey") != started.get("replayKey")):
                 findings.append(Finding(f"replayed by launch {result_by}, whose declaration for "
                                         f"{started.get('toolName')!r} is {decl.get('replay')}/{decl.get('replayKey')}",
+                                        "final log", line=result.get("_line"), call=call_id))
+            elif launch is not None and launch.current is not None and (
+                    launch.current.get("environmentIdentity") != started.get("environmentIdentity")):
+                # P7.1.1: a replay re-reads "the same" file only in the environment that started the call; elsewhere
+                # it files another machine's content as the old call's result (no witness or expectation shows it).
+                findings.append(Finding(f"replayed by launch {result_by} in environment "
+                                        f"{launch.current.get('environmentIdentity')!r}, but the intent was recorded "
+                                        f"in {started.get('environmentIdentity')!r} (P7.1.1)",
                                         "final log", line=result.get("_line"), call=call_id))
             elif ev.baseline is not None and call_id in ev.baseline.results and not _after_unknown_effect(state, result):
                 content = result.get("message", {}).get("content")
@@ -1270,24 +1297,87 @@ def _outcome_matches(expected: str, actual: str) -> bool:
     return expected == actual
 
 
+def decisive_state(ev: Evidence) -> tuple[Mapping | None, str]:
+    """The durable state the scenario's expectations are keyed by, and what it is.
+
+    It is the log as the restart found it after the last crash: the last SIGKILL (its snapshot), or a failed
+    write/fsync (``ioerror``: the agent exits and is resumed like after a crash; the log it left is every transaction
+    written up to then). None when nothing crashed the agent.
+    """
+    last = None
+    for f in ev.fired:
+        if f.action in _KILL_ACTIONS or f.action == "ioerror":
+            last = f
+    if last is None:
+        if ev.kills:  # evidence without fault records: the kills alone
+            return ev.kill_views[-1].reduction, ev.kill_name(len(ev.kills) - 1)
+        return None, "no crash"
+    if last.action in _KILL_ACTIONS and ev.kills:
+        return ev.kill_views[-1].reduction, ev.kill_name(len(ev.kills) - 1)
+    end = 0
+    for line in ev.final.lines:
+        writer = ev.writers.get(line.facts[0].get("seq"))
+        if writer is not None and writer > last.launch:
+            break
+        end = line.end
+    return LogView(ev.final_log[:end]).reduction, f"{last.fault} (the log its launch left)"
+
+
+def _interrupt(ev: Evidence, state: State) -> tuple[Fired, _Op | None] | None:
+    """The SIGINT (``int``) that fired after the last crash, with the operation that was open when it fired."""
+    after: list[Fired] = []
+    for f in ev.fired:
+        if f.action in _KILL_ACTIONS or f.action == "ioerror":
+            after = []
+        elif f.action == "int":
+            after.append(f)
+    if not after:
+        return None
+    fired = after[0]
+    barrier = next((b for b in ev.barriers if b.index == fired.barrier), None)
+    if barrier is None:
+        return fired, None
+    for op_id in state.order:
+        op = state.ops[op_id]
+        if op.seq <= barrier.seq_last and (op.finish_seq is None or op.finish_seq > barrier.seq_last):
+            return fired, op
+    return fired, None
+
+
 def outcome(ev: Evidence) -> InvariantResult:
-    """The final outcome, answer, files and effects equal the expectation for the state at the last kill; every run
-    was performed; nothing unscripted was requested; and the differential check against the baseline."""
+    """The final outcome, answer, files and effects equal the expectation for the state at the last crash; an
+    interrupted operation ends aborted; every run was performed; nothing unscripted was requested; and the
+    differential check against the baseline."""
     findings: list[Finding] = []
     checked: list[str] = []
     state = ev.final.state()
-    last_kill = ev.kill_views[-1] if ev.kills else None
-    reduction = last_kill.reduction if last_kill is not None else None
-    if last_kill is not None and reduction is None:
-        checked.append("the state at the last kill does not reduce: default expectations used")
+    reduction, decisive = decisive_state(ev)
+    if decisive != "no crash" and reduction is None:
+        checked.append(f"the state at {decisive} does not reduce: default expectations used")
     resolved = ev.expect.resolve(reduction) if ev.expect is not None else None
     actual = final_outcome(ev, state)
+    interrupt = _interrupt(ev, state)
+    if interrupt is not None and interrupt[1] is not None:
+        fired, op = interrupt
+        # SIGINT is a user's abort: the operation it hit must end aborted, whatever the script would have done.
+        checked.append(f"{fired.fault}: the interrupted {op.kind} operation ended aborted")
+        if op.outcome != "aborted" or not op.abort:
+            findings.append(Finding(f"SIGINT ({fired.fault}) hit {op.kind} operation {op.id}, which ended "
+                                    f"{op.outcome or 'unfinished'}{'' if op.abort else ' without abortRequested'}",
+                                    "final log", line=op.line))
+        if state.order and state.order[-1] == op.id:
+            resolved = None  # the scenario's expectations describe an uninterrupted run
+        elif resolved is not None:  # a later operation ended normally; the aborted run's files and effects are moot
+            runs = [o for o in state.order if state.ops[o].kind == "run"]
+            last_run = bool(runs) and runs[-1] == op.id  # then its answer is moot too
+            resolved = replace(resolved, files={}, effects={}, answer=None if last_run else resolved.answer)
     if resolved is not None:
         rule = f"rule expect.when[{resolved.rule}] ({', '.join(resolved.conditions)})" if resolved.rule is not None \
             else "the default expectation"
-        checked.append(f"outcome {actual} against {resolved.outcome} ({rule})")
+        checked.append(f"outcome {actual} against {resolved.outcome} ({rule}, state at {decisive})")
         if not _outcome_matches(resolved.outcome, actual):
-            findings.append(Finding(f"final outcome is {actual}, expected {resolved.outcome} by {rule}", "final log"))
+            findings.append(Finding(f"final outcome is {actual}, expected {resolved.outcome} by {rule} "
+                                    f"(state at {decisive})", "final log"))
         aborter = _blocked_before_abort(ev)
         if aborter is not None:
             last_op = state.ops[state.order[-1]] if state.order else None
@@ -1353,8 +1443,13 @@ def _differential(ev: Evidence, reduction: Mapping | None, checked: list[str]) -
     if reduction is not None:
         from chaos.scenario import condition_holds
 
-        if condition_holds("open-attempt", reduction) or condition_holds("pending", reduction):
-            checked.append("differential not applicable: the last kill left an open attempt or a pending tool")
+        # Every kill, not only the last: an earlier kill with an attempt open or a tool pending legitimately changes
+        # the log (an attempt-2 record, an interrupted result) even when the last kill leaves a clean state
+        # (e.g. stepAttempt@after-sync#1+assistant@after-sync#1, or any depth-2 case after such a first kill).
+        views = [v.reduction for v in ev.kill_views]
+        if any(r is not None and (condition_holds("open-attempt", r) or condition_holds("pending", r))
+               for r in views):
+            checked.append("differential not applicable: a kill left an open attempt or a pending tool")
             return []
     elif ev.kills:
         checked.append("differential not applicable: the state at the last kill does not reduce")

@@ -15,6 +15,9 @@ SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 # The kills that leave the deploy command pending (toolStarted durable, result not): the only cases in which a
 # planner that re-runs never tools can do harm.
 PENDING_BASH = {"toolStarted@after-write#1", "toolStarted@after-sync#1", "toolResult@before-write#1"}
+# The kills between the final answer and its terminal record: the only window in which a planner that takes the
+# previous turn's tool calls decides anything (the upstream stale-assistantCalls defect).
+STALE_WINDOW = {"assistant@after-write#2", "assistant@after-sync#2", "operationFinished@before-write#1"}
 # The kills that leave the final answer settled without its terminal record: where a recovery planner that takes the
 # previous turn's tool calls wedges the session.
 AFTER_FINAL_ANSWER = {"assistant@after-write#2", "assistant@after-sync#2", "operationFinished@before-write#1"}
@@ -39,19 +42,18 @@ def _cases(scenario, baseline, phase: str, bugs: tuple[str, ...], work: Path):
 
 
 @pytest.mark.parametrize("phase", PHASES)
-def test_stale_assistant_calls_fails_converges_exactly_after_the_final_answer(phase, scenario, baseline, tmp_path):
-    """The upstream stale-assistantCalls planner wedges recovery exactly when the kill lands between the final answer
-    and its terminal record (`converges` fails there), and every other kill passes: the field defect's signature."""
+def test_stale_assistant_calls_fails_converges_exactly_in_the_stale_window(phase, scenario, baseline, tmp_path):
+    """With the upstream stale-assistantCalls planner, a kill between the final answer and its terminal record wedges
+    the session (`converges` fails, naming the open run); every other kill still passes."""
     results = _cases(scenario, baseline, phase, ("stale-assistant-calls",), tmp_path)
     assert len(results) == 8
     failed = {p for p, r in results.items() if not r.ok}
-    assert failed == {p for p in results if p in AFTER_FINAL_ANSWER}, failed
+    assert failed == {p for p in results if p in STALE_WINDOW}
     for point in failed:
         r = results[point]
-        names = {i.name for i in r.failed}
-        assert "converges" in names, (point, names)
-        converges = next(i for i in r.failed if i.name == "converges")
-        assert any("did not converge" in f.message for f in converges.findings)
+        converges = next((i for i in r.failed if i.name == "converges"), None)
+        assert converges is not None, (point, [i.name for i in r.failed])
+        assert any("did not converge" in f.message and "run operation" in f.message for f in converges.findings)
 
 
 @pytest.mark.parametrize("phase", PHASES)

@@ -625,3 +625,102 @@ def test_every_invariant_is_a_named_pure_function(name):
     """Each invariant is checked by its own function, which returns a result carrying its own name."""
     ev = evidence(good_log())
     assert oracle.CHECKS[name](ev).name == name
+
+
+# -- expectations after SIGINT, ioerror and the abort way out of blocked
+
+ABORT_SCENARIO = parse_scenario(SCENARIO.replace('[expect]', '''[restart]
+model = "scripted/other"
+then = "abort"
+[expect]''') + '''
+[[expect.when]]
+when = "open-attempt"
+outcome = "blocked:configuration_changed"
+effects = {}
+''')
+
+
+def aborted_log() -> Log:
+    log = Log()
+    log.run()
+    log.attempt()
+    log.commit({"kind": "record", "id": log.new_id(), "record": {
+        "type": "abortRequested", "operationId": log.op, "operationKind": "run", "phase": "model", "reason": "escape"}})
+    log.commit({"kind": "record", "id": log.new_id(), "record": {
+        "type": "stepFailed", "operationId": log.op, "stepId": log.step, "attemptId": log.attempt_id,
+        "error": {"code": "aborted", "message": "Operation aborted"}}})
+    log.finish("aborted")
+    return log
+
+
+def test_outcome_expects_the_interrupted_operation_to_end_aborted():
+    """After a SIGINT the run must end aborted with abortRequested; the script's 'completed' no longer applies."""
+    log = aborted_log()
+    sigint = [oracle.Fired("int", "int:stepAttempt@after-sync#1", 0, barrier=5)]
+    ev = evidence(log, fired=sigint, requests=[], witness=[], launches=[LaunchInfo(0, "step", 130, current=CURRENT)])
+    assert failing(ev) == {}
+    ignored = evidence(good_log(), fired=sigint)
+    found = failing(ignored)["outcome"]
+    assert any("SIGINT (int:stepAttempt@after-sync#1) hit run operation" in f and "ended completed without "
+               "abortRequested" in f for f in found)
+
+
+def test_outcome_keys_expectations_by_the_log_an_io_error_left():
+    """A failed fsync crashes the agent like a kill: the rule for a pending bash call applies (0 effects allowed)."""
+    log = Log()
+    log.run()
+    log.attempt()
+    log.answer(calls=[("call_1", "bash", '{"command":"deploy"}')])
+    ts, res = log.started()
+    log.result(ts, res, interrupted=True)
+    log.attempt()
+    log.answer("Done.")
+    log.finish()
+    writers = {log.txs[i][0]: (0 if i < 4 else 1) for i in range(len(log.txs))}
+    launches = [LaunchInfo(0, "step", 74, current=CURRENT), LaunchInfo(1, "resume", 0, current=CURRENT)]
+    reqs = [GOOD_REQUESTS[0], request(2, 1, [])]
+    crashed = evidence(log, writers=writers, launches=launches, witness=[], requests=reqs,
+                       fired=[oracle.Fired("ioerror", "ioerror(EIO):toolStarted@after-write#1", 0, barrier=10)])
+    assert "outcome" not in failing(crashed)
+    assert oracle.decisive_state(crashed)[1].startswith("ioerror(EIO)")
+    unexplained = evidence(log, writers=writers, launches=launches, witness=[], requests=reqs)
+    assert any("effect witnessed 0 time(s), expected 1" in f for f in failing(unexplained)["outcome"])
+
+
+def test_outcome_reads_a_block_reconciled_by_abort_as_the_blocked_outcome():
+    """With `then = "abort"`, a justified block followed by a reconciling abort is the expected blocked outcome."""
+    log = aborted_log()
+    open_attempt = log.data[: log.txs[1][3]]
+    other = {**CURRENT, "configurationDigest": "sha256:" + "9" * 64}
+    launches = [LaunchInfo(0, "step", None, killed=True, current=CURRENT),
+                LaunchInfo(1, "resume", 3, stdout='{"blocked":"configuration_changed"}\n', current=other, restart=True),
+                LaunchInfo(2, "abort", 0, current=other, restart=True)]
+    writers = {log.txs[i][0]: (0 if i < 2 else 2) for i in range(len(log.txs))}
+    ev = evidence(log, writers=writers, launches=launches, requests=[], witness=[], expect=ABORT_SCENARIO.expect,
+                  kills=[Kill("stepAttempt@after-sync#1", 0, open_attempt, barrier=5)])
+    assert failing(ev) == {}
+    assert oracle.final_outcome(ev, ev.final.state()) == "blocked:configuration_changed"
+    launches[1].stdout = '{"blocked":"environment_changed"}\n'
+    found = failing(ev)
+    assert any("expected blocked:configuration_changed" in f for f in found["outcome"])
+    assert any("blocked environment_changed, but the durable prefix does not justify it" in f for f in found["converges"])
+
+
+def test_effects_fail_when_a_read_is_replayed_in_another_environment():
+    """A safe read replayed by a launch whose environment differs from the intent's re-read another machine (P7.1.1)."""
+    log = Log()
+    log.run()
+    log.attempt()
+    log.answer(calls=[("call_r", "read", '{"path":"a"}')])
+    ts, res = log.started("call_r", "read", {"path": "a"})
+    log.result(ts, res, "call_r", "read", "text")
+    log.attempt()
+    log.answer("Done.")
+    log.finish()
+    moved = {**CURRENT, "environmentIdentity": "elsewhere"}
+    writers = {log.txs[i][0]: (0 if i < 4 else 1) for i in range(len(log.txs))}
+    launches = [LaunchInfo(0, "step", None, killed=True, current=CURRENT), LaunchInfo(1, "resume", 0, current=moved)]
+    ev = evidence(log, writers=writers, launches=launches, witness=[], expect=None, requests=[],
+                  kills=[Kill("toolStarted@after-sync#1", 0, log.data[: log.txs[3][3]], barrier=11)])
+    found = failing(ev)["effects-at-most-once"]
+    assert any("in environment 'elsewhere', but the intent was recorded in 'chaos:unit'" in f for f in found)
