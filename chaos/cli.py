@@ -51,7 +51,7 @@ def _load_scenario_or_exit(path: str):
 @click.argument("scenario", type=click.Path(path_type=str))
 @click.option("--kill", "kills", multiple=True, metavar="FAULT[+FAULT...]",
               help="a schedule to run (repeatable); default: every kill point the baseline reaches, at before-write "
-                   "and after-sync")
+                   "and after-sync, then the scenario's pinned schedules")
 @click.option("--agent-bugs", default="", metavar="NAMES", help="AGENT_BUGS for the cases (not the baseline)")
 @click.option("--keep", is_flag=True, help="keep every case directory, not only failing ones")
 @click.option("--reports", "reports_dir", default="reports", show_default=True, type=click.Path(path_type=str),
@@ -100,7 +100,8 @@ def run_command(scenario: str, kills: tuple[str, ...], agent_bugs: str, keep: bo
         baseline = run_baseline(loaded, work_dir=work, limits=limits, keep=mode)
     results = [baseline.result]
     if baseline.ok:
-        todo = schedules or ["+".join(s) for s in baseline.schedules()]
+        pinned = [format_schedule(parse_schedule(list(s.faults))) for s in loaded.schedules]
+        todo = schedules or list(dict.fromkeys(["+".join(s) for s in baseline.schedules()] + pinned))
         for i, schedule in enumerate(todo, 1):
             with out.status(f"{loaded.name}: case {i}/{len(todo)} {schedule}"):
                 results.append(run_case(loaded, schedule, work_dir=work, agent=agent, baseline=baseline,

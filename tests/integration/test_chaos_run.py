@@ -3,7 +3,6 @@ transaction, `chaos run` / `chaos killpoints` on the command line, hangs, and ma
 
 from __future__ import annotations
 
-import os
 import sys
 import textwrap
 from pathlib import Path
@@ -163,8 +162,9 @@ def test_malformed_scenario_files_give_file_line_field_messages_and_exit_2(tmp_p
 def test_bad_fault_texts_and_bug_names_are_usage_errors(tmp_path):
     """`--kill` and `--agent-bugs` are validated before anything runs: one line each, exit 2."""
     plain = str(SCENARIOS / "plain-answer.toml")
-    result = invoke("run", plain, "--kill", "toolstarted@after-sync#1")
+    result = invoke("run", plain, "--kill", "toolstarted@after-sync#1", "--reports", str(tmp_path))
     assert result.exit_code == 2 and "--kill 'toolstarted@after-sync#1': kill point" in result.output
-    result = invoke("run", plain, "--agent-bugs", "no-such-bug")
+    assert "unknown fact 'toolstarted'" in result.output
+    result = invoke("run", plain, "--agent-bugs", "no-such-bug", "--reports", str(tmp_path))
     assert result.exit_code == 2 and "no-such-bug" in result.output
-    assert not os.path.exists("reports/plain-answer-never")  # nothing ran
+    assert list(tmp_path.iterdir()) == []  # nothing ran
