@@ -369,8 +369,8 @@ def run_case(scenario, schedule: Sequence[str] | str = (), *, work_dir: Path | s
     enables the differential and exactly-once checks. Never raises for agent misbehaviour; raises ``ChaosError``
     only when the harness itself cannot run (bad schedule text, socket).
     """
-    result, _, _ = execute_case(scenario, schedule, work_dir=Path(work_dir), agent=agent, baseline=baseline, server=server,
-                            limits=limits, probes=probes, keep=keep, name=name)
+    result, _, _ = execute_case(scenario, schedule, work_dir=Path(work_dir), agent=agent, baseline=baseline,
+                                server=server, limits=limits, probes=probes, keep=keep, name=name)
     return result
 
 
@@ -378,7 +378,7 @@ def run_baseline(scenario, *, work_dir: Path | str, agent: AgentSpec = AgentSpec
                  limits: Limits | None = None, keep: str = "failing") -> Baseline:
     """The crash-free run with the correct agent (``agent`` without its bugs), judged by every invariant."""
     result, evidence, run = execute_case(scenario, (), work_dir=Path(work_dir), agent=agent.without_bugs(),
-                                     baseline=None, server=server, limits=limits, probes=2, keep=keep, name=None)
+                                         baseline=None, server=server, limits=limits, probes=2, keep=keep, name=None)
     facts = (oracle.baseline_facts(evidence, result.invariants) if evidence is not None
              else oracle.BaselineFacts([], {}, {}, False))
     facts.ok = facts.ok and result.ok
