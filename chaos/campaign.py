@@ -306,10 +306,9 @@ def _load_json(path: Path) -> Any | None:
 def _points(entry: Entry, transactions: Sequence[Mapping]) -> ScenarioPoints:
     sc = entry.scenario
     pinned = tuple(tuple(s.faults) for s in sc.schedules)
-    abortable = any("abort-requested" in c for rule in sc.expect.when for c in rule.when) or any(
-        (rule.outcome or "").startswith("aborted") for rule in sc.expect.when)
+    restart_changes = bool(sc.restart.changes_configuration or sc.restart.then)
     return ScenarioPoints(entry.name, tuple(Transaction.from_json(t) for t in transactions), pinned, tuple(sc.tags),
-                          len(sc.runs), tuple(len(r.turns) for r in sc.runs), abortable=abortable)
+                          len(sc.runs), tuple(len(r.turns) for r in sc.runs), restart_changes=restart_changes)
 
 
 # --------------------------------------------------------------------------------------------------------------

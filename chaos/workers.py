@@ -132,9 +132,9 @@ def provider_variant(ctx: Context, scenario, llm: Sequence[Any]):
             runs[r] = run.model_copy(update={"turns": turns})
     variant = scenario.model_copy(update={"runs": runs})
     tag = hashlib.sha256("+".join(str(f) for f in llm).encode()).hexdigest()[:10]
-    result, evidence, _ = case._execute(variant, (), work_dir=ctx.work / "variants", agent=ctx.agent.without_bugs(),
-                                        baseline=None, server=None, limits=ctx.limits, probes=2, keep="none",
-                                        name=f"{scenario.name}-{tag}")
+    result, evidence, _ = case.execute_case(variant, (), work_dir=ctx.work / "variants",
+                                            agent=ctx.agent.without_bugs(), baseline=None, server=None,
+                                            limits=ctx.limits, probes=2, keep="none", name=f"{scenario.name}-{tag}")
     if evidence is None:
         return variant, oracle.BaselineFacts([], {}, {}, False)
     outcome = oracle.final_outcome(evidence, evidence.final.state())
@@ -163,10 +163,10 @@ def discover_baseline(ctx: Context, name: str, runs: int = 2) -> dict[str, Any]:
     scenario = ctx.scenario(name)
     seen = []
     for i in range(runs):
-        result, evidence, run = case._execute(scenario, (), work_dir=ctx.work / "baselines",
-                                              agent=ctx.agent.without_bugs(), baseline=None, server=None,
-                                              limits=ctx.limits, probes=2, keep="failing",
-                                              name=f"{name}-baseline-{i + 1}")
+        result, evidence, run = case.execute_case(scenario, (), work_dir=ctx.work / "baselines",
+                                                  agent=ctx.agent.without_bugs(), baseline=None, server=None,
+                                                  limits=ctx.limits, probes=2, keep="failing",
+                                                  name=f"{name}-baseline-{i + 1}")
         facts = (oracle.baseline_facts(evidence, result.invariants) if evidence is not None
                  else oracle.BaselineFacts([], {}, {}, False))
         facts.ok = facts.ok and result.ok
@@ -222,9 +222,9 @@ def discover_recovery(ctx: Context, name: str, first: str) -> dict[str, Any]:
     from chaos.schedules import Recovery, Transaction
 
     scenario = ctx.scenario(name)
-    result, evidence, run = case._execute(scenario, (first,), work_dir=ctx.work / "discovery", agent=ctx.agent,
-                                          baseline=None, server=None, limits=ctx.limits, probes=0, keep="none",
-                                          name=None)
+    result, evidence, run = case.execute_case(scenario, (first,), work_dir=ctx.work / "discovery",
+                                              agent=ctx.agent, baseline=None, server=None, limits=ctx.limits,
+                                              probes=0, keep="none", name=None)
     if not run.faults:
         return {"first": first, "reached": False}
     fired = run.faults[0].barrier
@@ -263,9 +263,9 @@ def execute(ctx: Context, spec, *, name: str | None = None, keep: str | None = N
     from chaos import case, records
 
     scenario, facts = ctx.variant(spec.scenario, spec.llm)
-    result, evidence, run = case._execute(scenario, spec.schedule, work_dir=ctx.work, agent=ctx.agent,
-                                          baseline=facts, server=None, limits=ctx.limits, probes=probes,
-                                          keep=keep or ctx.config.keep, name=name)
+    result, evidence, run = case.execute_case(scenario, spec.schedule, work_dir=ctx.work, agent=ctx.agent,
+                                              baseline=facts, server=None, limits=ctx.limits, probes=probes,
+                                              keep=keep or ctx.config.keep, name=name)
     failures: list[dict[str, Any]] = []
     if result.status == case.PASS:
         status = PASS

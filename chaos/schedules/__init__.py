@@ -216,7 +216,7 @@ class ScenarioPoints:
     runs: int = 1
     turns: tuple[int, ...] = (1,)  # scripted turns per run (provider faults target one of them)
     recoveries: Mapping[str, Recovery] = field(default_factory=dict)
-    abortable: bool = False  # the scenario's expectations say what an abort (SIGINT) ends with
+    restart_changes: bool = False  # launches after a kill run with another configuration (or abort when blocked)
 
     def to_json(self) -> dict:
         return {
@@ -227,7 +227,7 @@ class ScenarioPoints:
             "runs": self.runs,
             "turns": list(self.turns),
             "recoveries": {k: r.to_json() for k, r in sorted(self.recoveries.items())},
-            "abortable": self.abortable,
+            "restart_changes": self.restart_changes,
         }
 
     @classmethod
@@ -240,7 +240,7 @@ class ScenarioPoints:
             int(value.get("runs", 1)),
             tuple(value.get("turns", [1])),
             {k: Recovery.from_json(r) for k, r in value.get("recoveries", {}).items()},
-            bool(value.get("abortable", False)),
+            bool(value.get("restart_changes", False)),
         )
 
 

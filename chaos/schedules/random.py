@@ -12,8 +12,7 @@ Schedule shape. The first fault names a baseline transaction (``FACT@PHASE#N``, 
 case); later faults land during recovery, whose layout is unknown before running, so they name a transaction number
 (``tx:K@PHASE``) after the previous fault's, at most one transaction per earlier fault past the baseline's count. A
 later fault that the case never reaches makes the case ``kill-point-not-reached`` (coverage), not a failure. At most
-one provider fault per case (``llm(...)@RUN.TURN``). ``int`` (SIGINT: the agent aborts) is drawn only for scenarios
-whose expectations say what an abort ends with (``ScenarioPoints.abortable``); elsewhere it becomes a plain kill.
+one provider fault per case (``llm(...)@RUN.TURN``).
 """
 
 from __future__ import annotations
@@ -71,35 +70,63 @@ class Random:
         """Case ``index`` of this seed: depends on (seed, index, library) only."""
         rng = _random.Random(f"killpoint:{self.seed}:{index}")
         points = library[rng.randrange(len(library))]
-        n = rng.randint(1, self.max_faults)
-        faults: list[Fault] = []
+        actions = [rng.choice(self.actions) for _ in range(rng.randint(1, self.max_faults))]
         llm: list[LlmFault] = []
-        last = 0  # the transaction number of the previous fault
         total = len(points.transactions)
-        for _ in range(n):
-            action = rng.choice(self.actions)
-            if action == "int" and not points.abortable:
-                # An abort changes the outcome; a scenario whose expectations do not say what an abort ends with
-                # would report every SIGINT as a failure of the agent. Such scenarios get a plain kill instead.
-                action = "kill"
-            if action == "llm":
-                if not llm:
-                    llm.append(_llm_fault(rng, points))
-                continue
+        if "llm" in actions:
+            actions = [a for a in actions if a != "llm"]
+            if points.restart_changes:
+                # The variant's expectation comes from its own crash-free run, which never restarts; with restart
+                # changes a killed case ends differently by design, so such scenarios get kills only.
+                actions = actions or ["kill"]
+            else:
+                llm.append(_llm_fault(rng, points))
+                total = _transactions_before(points, llm[0])
+        faults: list[Fault] = []
+        last = 0  # the transaction number of the previous fault
+        for action in actions:
+            if total == 0:
+                break  # a provider fault on the very first request: nothing of the baseline layout is left
             if not faults:
                 tx = points.transactions[rng.randrange(total)]
                 fault = _first_fault(rng, action, tx)
                 last = tx.tx
             else:
-                # Recovery announces at most the rest of the baseline plus one re-announced transaction per earlier
-                # fault (a kill at before-write counts a transaction that recovery writes again).
-                k = rng.randint(last + 1, max(last + 1, total + len(faults)))
+                # Recovery announces at most the rest of the baseline plus one transaction per earlier fault that
+                # re-announces one (a kill before the write, a cut write) or adds one (an abort's record).
+                upper = total + sum(1 for f in faults if f.point.phase != "after-sync" or f.action == "int")
+                if last + 1 > upper:
+                    break  # nothing is left to announce: a further fault could never fire
+                k = rng.randint(last + 1, upper)
                 fault = _later_fault(rng, action, k)
                 last = k
             faults.append(fault)
-        if not faults and not llm:  # pragma: no cover - n >= 1 always draws something
-            raise AssertionError("empty random case")
+        if not faults and not llm:
+            faults.append(_first_fault(rng, "kill", points.transactions[rng.randrange(len(points.transactions))]))
         return CaseSpec(points.scenario, tuple(faults), tuple(llm), origin=self.name, index=index)
+
+
+def _transactions_before(points: ScenarioPoints, fault: LlmFault) -> int:
+    """How many baseline transactions a provider fault leaves as they are: those up to its request's stepAttempt.
+
+    A provider fault (other than a delay) makes that step fail live, so the baseline's later transactions are not
+    written in the same order, or at all; kill points are drawn from the unchanged prefix. The request is the
+    stepAttempt of turn ``turn`` of run ``run`` (compaction summaries are not counted: an approximation that can
+    only make a later fault unreachable, which the case then reports).
+    """
+    if fault.kind == "delay":
+        return len(points.transactions)
+    if fault.turn == "summary":
+        wanted = sum(points.turns[: fault.run]) + 1
+    else:
+        wanted = sum(points.turns[: fault.run - 1]) + int(fault.turn)
+    seen = 0
+    for tx in points.transactions:
+        if "stepAttempt" in tx.facts:
+            seen += 1
+            if seen == wanted:
+                return tx.tx
+    return len(points.transactions)
 
 
 def _first_fault(rng: _random.Random, action: str, tx: Transaction) -> Fault:

@@ -196,6 +196,24 @@ class TestRandom:
             assert later == sorted(later) and len(set(later)) == len(later)
             assert parse_campaign_case_id(case.id) == (case.scenario, case.faults, case.llm)
 
+    def test_provider_faults_keep_kills_before_their_request(self):
+        """With a provider fault on turn T, the first kill targets a transaction up to turn T's stepAttempt."""
+        lib = [points(runs=1, turns=(2,))]
+        attempt_tx = {1: 2, 2: 6}  # the stepAttempts of LAYOUT
+        seen = 0
+        for case in Random(5, cases_count=200, actions=("kill", "llm")).cases(lib):
+            if case.llm and case.faults:
+                seen += 1
+                first = next(t for t in transactions() if t.point(case.faults[0].point.phase) == case.faults[0].point)
+                assert first.tx <= attempt_tx[case.llm[0].turn]
+        assert seen > 10
+
+    def test_no_provider_faults_with_restart_changes(self):
+        """A scenario whose restarts change the configuration gets kills only."""
+        lib = [points(restart_changes=True)]
+        cases = list(Random(5, cases_count=100, actions=("kill", "llm")).cases(lib))
+        assert all(not c.llm and c.faults for c in cases)
+
     def test_different_seeds_differ(self):
         """Two seeds give different streams (the seed is really used)."""
         lib = [points()]
