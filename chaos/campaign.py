@@ -54,6 +54,7 @@ from chaos.workers import ERROR, FAIL, FLAKY, NOT_REACHED, PASS, WorkerConfig, W
 
 RESULT = "result.json"
 CACHE_FORMAT = 1  # bump when what a cache file holds (or how it is computed) changes
+REGRESSION_TAG = "regression"
 REPO = Path(__file__).resolve().parent.parent
 # Fault actions a campaign can enumerate (`--faults`); `all` is every one of them.
 FAULT_FAMILIES = ("kill", "int", "ioerror", "dresume", "torn", "powerloss")
@@ -88,6 +89,9 @@ class CampaignOptions:
     faults: list[str] = field(default_factory=lambda: ["kill"])  # exhaustive families (FAULT_FAMILIES)
     pinned: bool = True
     pinned_only: bool = False  # only the scenarios' [[schedules]] (CI regression runs), no enumeration
+    # Scenarios tagged "regression" (exported by `chaos export` for a known bug) run their pinned schedules only,
+    # unless the whole library is enumerated (--nightly): their value is the one schedule that found the bug.
+    regressions_pinned: bool = True
     seed: int | None = None
     cases: int | None = None  # random: number of cases
     duration: float | None = None  # random: seconds
@@ -148,7 +152,7 @@ class CampaignOptions:
 def nightly(options: CampaignOptions) -> CampaignOptions:
     """The nightly preset: the full library, every fault action, depth 2 (a ``--budget`` may still bound it)."""
     options.mode, options.depth, options.faults = "exhaustive", 2, list(FAULT_FAMILIES)
-    options.tags = []
+    options.tags, options.regressions_pinned = [], False
     return options
 
 
@@ -510,9 +514,10 @@ class Campaign:
         first_policy = Exhaustive(("kill",), pinned=False)
         jobs: dict[int, tuple[Entry, str]] = {}
         akey = self.agent_key_bugs
+        o = self.options
         for e in self.entries:
-            if not e.ok:
-                continue
+            if not e.ok or o.pinned_only or (o.regressions_pinned and REGRESSION_TAG in e.points.tags):
+                continue  # its schedules are pinned: no second level to discover
             path = self.cache / f"{e.name}-{e.digest}-{akey}-v{CACHE_FORMAT}.recoveries.json"
             cached = _load_json(path)
             if cached is not None:
@@ -557,14 +562,16 @@ class Campaign:
         if o.mode == "random":
             stream: Iterable[CaseSpec] = Random(o.seed or 0, o.cases, o.max_faults, tuple(o.random_actions)).cases(lib)
         else:
-            policies: list[Any] = []
+            pinned_only = [p for p in lib if o.pinned_only or (o.regressions_pinned and REGRESSION_TAG in p.tags)]
+            enumerated = [p for p in lib if p not in pinned_only]
             actions = tuple(a for a in ("kill", "int", "ioerror", "dresume") if a in o.faults)
-            policies.append(Exhaustive(() if o.pinned_only else actions, pinned=o.pinned or o.pinned_only))
-            if ("torn" in o.faults or "powerloss" in o.faults) and not o.pinned_only:
-                policies.append(Torn(powerloss="powerloss" in o.faults, torn="torn" in o.faults))
-            if o.depth == 2 and not o.pinned_only:
-                policies.append(Depth2())
-            stream = _chain(p.cases(lib) for p in policies)
+            streams: list[Iterable[CaseSpec]] = [Exhaustive(actions, pinned=o.pinned).cases(enumerated)]
+            if "torn" in o.faults or "powerloss" in o.faults:
+                streams.append(Torn(powerloss="powerloss" in o.faults, torn="torn" in o.faults).cases(enumerated))
+            if o.depth == 2:
+                streams.append(Depth2().cases(enumerated))
+            streams.append(Exhaustive((), pinned=True).cases(pinned_only))
+            stream = _chain(streams)
         if o.shard:
             k, n = parse_shard(o.shard)
             stream = shard(stream, k, n)
