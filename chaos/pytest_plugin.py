@@ -121,6 +121,13 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "killpoint: a killpoint crash case collected from a scenario file")
     state = _KillpointState(config)
     config.stash[_STATE] = state
+    if state.bugs:
+        from agent.bugs import UnknownBugError, parse_bugs  # stdlib-only module; only when the option is given
+
+        try:
+            parse_bugs(",".join(state.bugs))
+        except UnknownBugError as exc:  # a typo must not make every case "pass" with the correct agent
+            raise pytest.UsageError(f"--killpoint-agent-bugs: {exc}") from None
     if state.explicit:
         # `pytest --killpoint-scenarios DIR` alone means "run the scenarios", not "the testpaths and the scenarios".
         if config.args_source != pytest.Config.ArgsSource.ARGS:

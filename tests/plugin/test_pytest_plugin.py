@@ -174,6 +174,13 @@ def test_the_same_regression_passes_on_the_correct_agent(project, kp_cache):
     result.assert_outcomes(passed=1)
 
 
+def test_an_unknown_bug_switch_is_a_usage_error(project):
+    """A misspelt --killpoint-agent-bugs stops the run with one line, instead of running the correct agent."""
+    result = project.runpytest_subprocess("scenarios/tiny.toml", "--killpoint-agent-bugs", "stale-calls")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--killpoint-agent-bugs: AGENT_BUGS: unknown bug switch stale-calls*"])
+
+
 def test_importing_the_plugin_loads_nothing_heavy():
     """Importing chaos.pytest_plugin (as pytest does in every run) imports neither pydantic nor the supervisor."""
     code = ("import sys, chaos.pytest_plugin; "
