@@ -89,6 +89,30 @@ class Launcher(Protocol):
     ) -> AgentProcess: ...
 
 
+_BYTECODE_READY = False
+
+
+def ensure_agent_bytecode() -> None:
+    """Write the bundled agent's bytecode caches once per harness process (best effort).
+
+    With ``PYTHONDONTWRITEBYTECODE=1`` (set on these machines) a Python process never writes ``__pycache__``, so every
+    agent launch would recompile the agent's modules: about 35 ms instead of 8 ms per start, thousands of times per
+    campaign. ``py_compile`` writes caches regardless of that variable, and the agent still *reads* them.
+    """
+    global _BYTECODE_READY
+    if _BYTECODE_READY:
+        return
+    _BYTECODE_READY = True
+    try:
+        import compileall
+
+        import agent
+
+        compileall.compile_dir(str(Path(agent.__file__).parent), quiet=2)
+    except Exception:  # a read-only install: the agent still runs, only slower to start
+        pass
+
+
 class SubprocessLauncher:
     """``subprocess.Popen`` in a new session (``start_new_session=True``: the child calls setsid, so its pid is the
     session id), stdin from /dev/null, stdout/stderr to files (a pipe nobody drains could block a chatty agent)."""
@@ -96,6 +120,7 @@ class SubprocessLauncher:
     def launch(
         self, argv: Sequence[str], env: Mapping[str, str], cwd: Path, stdout: Path, stderr: Path
     ) -> AgentProcess:
+        ensure_agent_bytecode()
         with open(stdout, "wb") as out, open(stderr, "wb") as err:
             popen = subprocess.Popen(
                 list(argv),
