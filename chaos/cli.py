@@ -378,5 +378,49 @@ def campaign_command(scenarios, mode, depth, faults, seed, case_count, duration,
     raise SystemExit(0 if result.ok else 1)
 
 
+@main.command("mutants")
+@click.argument("scenarios", nargs=-1, type=click.Path(path_type=str))
+@click.option("--switch", "switches", multiple=True, metavar="NAME",
+              help="only this known-bug switch (repeatable) [default: every switch of `python -m agent bugs`]")
+@click.option("--fast", is_flag=True,
+              help="CI preset: a few library scenarios plus each regression's pinned schedule (scenarios/regressions)")
+@click.option("-j", "--workers", type=click.IntRange(min=0), default=0, help="parallel workers [default: CPUs]")
+@click.option("--out", default="reports/mutants", show_default=True, type=click.Path(path_type=str),
+              help="where the campaigns and summary.json go")
+@click.option("--name", default="", help="this run's directory under --out [default: mutants-<UTC time>]")
+@click.option("--case-timeout", type=click.FloatRange(min=0.1), default=120.0, show_default=True,
+              help="wall-clock limit per case, seconds")
+def mutants_command(scenarios, switches, fast, workers, out, name, case_timeout) -> None:
+    """Run the campaign on the correct agent and once per known-bug switch: is every switch detected?
+
+    Prints a table (per switch: detected, the invariant that caught it, the first failing case, its shrunk
+    schedule, the time to first detection) and writes <out>/summary.json. Exit 0 when every switch was detected
+    and the correct agent had no failure, 1 when a switch survived or the correct agent failed (a false alarm),
+    2 on usage errors, 130 when interrupted.
+    """
+    import sys
+
+    from chaos import mutants as mu
+    from chaos import verdict
+
+    options = mu.MutantsOptions(scenarios=list(scenarios), switches=list(switches), fast=fast, workers=workers,
+                                out=out, name=name, case_seconds=case_timeout)
+    try:
+        result = mu.run_mutants(options, say=lambda line: click.echo(line, err=True),
+                                command=["chaos", *sys.argv[1:]])
+    except mu.MutantsError as exc:
+        _fail_usage(exc.messages)
+    except KeyboardInterrupt:  # between campaigns (a campaign itself returns its partial result)
+        click.echo("interrupted", err=True)
+        raise SystemExit(130) from None
+    console = verdict.console()
+    console.print(mu.table(result))
+    for line in mu.verdict_lines(result):
+        console.print(line)
+    if result.interrupted:
+        raise SystemExit(130)
+    raise SystemExit(0 if result.ok else 1)
+
+
 if __name__ == "__main__":
     main()
