@@ -21,6 +21,8 @@ at the last kill, or ``None`` when no fault killed the agent):
     settled / settled:R   the latest step settled (R = stopReason: stop, length, toolUse)
     pending / pending:TOOL      a toolStarted without result (of tool TOOL)
     untouched / untouched:TOOL  the current assistant has a call neither started nor resolved (SPEC §14.3)
+    interrupted / interrupted:TOOL  a call in the transcript got the `interrupted` result (SPEC §5.6): an earlier
+                     crash left it pending and it was never replayed (after a depth-2 kill it is no longer pending)
     abort-requested  an abortRequested record is durable for the current operation
     not:COND         negation; a rule's ``when`` may also be a list of conditions that must all hold
 
@@ -121,7 +123,7 @@ def replay_problem(text: str) -> str | None:
 
 _CONDITIONS_PLAIN = frozenset(
     {"none", "no-kill", "idle", "run", "compaction", "no-step", "open-attempt", "failed-step", "settled", "pending",
-     "untouched", "abort-requested"}
+     "untouched", "interrupted", "abort-requested"}
 )
 
 
@@ -141,9 +143,10 @@ def condition_problem(text: str) -> str | None:
         return None
     if name == "settled":
         return None if arg in STOP_REASONS else f"condition {body!r}: stopReason must be one of {', '.join(STOP_REASONS)}"
-    if name in ("pending", "untouched"):
+    if name in ("pending", "untouched", "interrupted"):
         return None if arg else f"condition {body!r}: {name}:TOOL needs a tool name"
-    return f"unknown condition {body!r} (conditions with an argument: run:N, open-attempt:N, settled:R, pending:TOOL, untouched:TOOL)"
+    return (f"unknown condition {body!r} (conditions with an argument: run:N, open-attempt:N, settled:R, pending:TOOL, "
+            "untouched:TOOL, interrupted:TOOL)")
 
 
 def _did_you_mean(word: str, choices) -> str:
@@ -494,6 +497,22 @@ def _untouched_calls(reduction: Mapping) -> list[dict]:
     return untouched
 
 
+# SPEC §5.6: the fixed content of an `interrupted` synthetic result (the transcript keeps messages, not result types).
+INTERRUPTED_CONTENT = "Operation interrupted after execution status became unknown; the tool was not replayed."
+
+
+def _interrupted_calls(reduction: Mapping) -> list[str]:
+    """Tool names of the transcript's calls resolved by an ``interrupted`` result, in transcript order."""
+    names: dict[str, str] = {}
+    out = []
+    for message in reduction.get("transcript") or []:
+        for call in message.get("tool_calls") or () if message.get("role") == "assistant" else ():
+            names[call.get("id")] = call.get("function", {}).get("name")
+        if message.get("role") == "tool" and message.get("content") == INTERRUPTED_CONTENT:
+            out.append(names.get(message.get("tool_call_id"), ""))
+    return out
+
+
 def condition_holds(cond: str, reduction: Mapping | None) -> bool:
     """Whether condition ``cond`` (module docstring) holds for ``reduction``; ``None`` means no kill happened. Pure."""
     if cond.startswith("not:"):
@@ -532,6 +551,8 @@ def condition_holds(cond: str, reduction: Mapping | None) -> bool:
                    for t in op.get("toolCalls", []))
     if name == "untouched":
         return any(not arg or c.get("function", {}).get("name") == arg for c in _untouched_calls(reduction))
+    if name == "interrupted":
+        return any(not arg or name_ == arg for name_ in _interrupted_calls(reduction))
     if name == "abort-requested":
         return bool(op.get("abortRequested"))
     raise ValueError(f"unknown condition {cond!r}")
@@ -644,7 +665,7 @@ def _semantic_problems(data: dict) -> list[tuple[Loc, str]]:
                 continue  # the schema reports it
             name, _, arg = cond.removeprefix("not:").partition(":")
             loc = base + ("when",) if isinstance(table.get("when"), str) else base + ("when", i)
-            if name in ("pending", "untouched") and arg and arg not in KNOWN_TOOLS and arg not in scripted_names:
+            if name in ("pending", "untouched", "interrupted") and arg and arg not in KNOWN_TOOLS and arg not in scripted_names:
                 problems.append((loc, f"condition {cond!r}: no tool {arg!r} in the agent or the script"))
             if name == "run" and arg and int(arg) > runs_count:
                 problems.append((loc, f"condition {cond!r}: the scenario has {runs_count} run(s)"))

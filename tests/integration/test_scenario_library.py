@@ -202,3 +202,22 @@ def test_a_witness_case_reaches_each_planner_rule_and_passes(rule, tmp_path_fact
     plan = _restart_plans(outcome.evidence)[-1]
     assert _variant(plan) == variant, plan
     assert tuple(r["reason"] for r in plan.get("results", ())) == reasons, plan
+
+
+@pytest.mark.slow
+def test_a_never_tool_interrupted_by_an_earlier_kill_keeps_its_loose_expectation(tmp_path_factory):
+    """After a depth-2 schedule (kill with the deploy pending, kill again before the run finishes) the last log shows
+    the deploy `interrupted`, not pending; the `interrupted:bash` rule applies and the case passes."""
+    from agent.session.reducer import reduce_session
+    from chaos.scenario import condition_holds
+    from chaos.schedules import spec_from_id
+    from chaos.workers import PASS, execute
+
+    ctx = _context(str(tmp_path_factory.getbasetemp() / "library"))
+    _with_baseline(ctx, "bash-deploy")
+    outcome = execute(ctx, spec_from_id("bash-deploy::toolStarted@after-sync#1+operationFinished@before-write#1"))
+    assert outcome.status == PASS, outcome.failures or outcome.result.detail
+    last = reduce_session(outcome.evidence.kills[-1].snapshot)
+    assert condition_holds("interrupted:bash", last) and not condition_holds("pending", last)
+    resolved = ctx.scenario("bash-deploy").expect.resolve(last)
+    assert resolved.conditions == ("interrupted:bash",) and resolved.effects == {"call_deploy": (0, 1)}
