@@ -279,7 +279,7 @@ def load_library(paths: Sequence[str], tags: Sequence[str] = ()) -> list[Entry]:
     return entries
 
 
-def _publish(path: Path, value: Any) -> Any:
+def publish_json(path: Path, value: Any) -> Any:
     """Write ``value`` as JSON at ``path`` unless another process already did; return what is there.
 
     First writer wins (``os.link`` fails on an existing name), so concurrent shards or xdist workers that computed
@@ -496,7 +496,7 @@ class Campaign:
             if not payload.get("ok"):
                 self._adopt(e, payload)  # never cached: a fixed scenario or agent must not inherit the failure
                 continue
-            self._adopt(e, _publish(self.cache / f"{self._cache_stem(e)}.json", payload))
+            self._adopt(e, publish_json(self.cache / f"{self._cache_stem(e)}.json", payload))
         for e in self.entries:
             if not e.ok:
                 for problem in e.baseline.get("problems", []):
@@ -536,7 +536,7 @@ class Campaign:
         for e in self.entries:
             if e.name in found:
                 path = self.cache / f"{e.name}-{e.digest}-{akey}-v{CACHE_FORMAT}.recoveries.json"
-                self.recoveries[e.name] = _publish(path, found[e.name])
+                self.recoveries[e.name] = publish_json(path, found[e.name])
         for e in self.entries:
             if e.ok and e.name in self.recoveries:
                 rec = {k: Recovery.from_json(v) for k, v in self.recoveries[e.name].items()}

@@ -186,7 +186,7 @@ def _kill_points(state: _KillpointState, scenario, path: Path):
     """(ScenarioPoints or None, cached baseline payload) for ``scenario``: from the cache, or computed under a lock."""
     import hashlib
 
-    from chaos.campaign import agent_key, bundled_agent
+    from chaos.campaign import publish_json, agent_key, bundled_agent
 
     digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
     # The campaign's cache key: scenario name, file digest, and the *correct* agent (kill points never depend on
@@ -206,7 +206,7 @@ def _kill_points(state: _KillpointState, scenario, path: Path):
             if payload is None:
                 from chaos.workers import discover_baseline
 
-                payload = _publish(target, discover_baseline(ctx, scenario.name))
+                payload = publish_json(target, discover_baseline(ctx, scenario.name))
     if not payload.get("ok"):
         return None, payload
     from chaos.schedules import ScenarioPoints, Transaction
@@ -222,26 +222,6 @@ def _read_json(path: Path):
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-
-
-def _publish(path: Path, value):
-    """Write ``value`` at ``path`` unless someone already did (``link`` is first-writer-wins); return what is there."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(value, f, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    try:
-        os.link(tmp, path)
-    except FileExistsError:
-        pass
-    finally:
-        tmp.unlink(missing_ok=True)
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Items
 
 
 class KillpointFailure(Exception):
