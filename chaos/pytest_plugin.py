@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import fcntl
 import json
-import os
 from pathlib import Path
 
 import pytest

@@ -296,8 +296,8 @@ def svg(tl: Timeline, *, title: str = "") -> str:
             y0, y1 = _cy(min(m.row for m in own)), _cy(max(m.row for m in own))
             out.append(f'<line x1="{cx}" y1="{y0}" x2="{cx}" y2="{y1}" stroke="#b8b8b8" stroke-width="3"/>')
     out.append(f'<line x1="0" y1="{HEAD - 4}" x2="{width}" y2="{HEAD - 4}" stroke="#ddd"/>')
-    out.append(f'<text x="8" y="22" font-size="11" fill="#888">time</text>')
-    out.append(f'<text x="8" y="36" font-size="11" fill="#888">(case s)</text>')
+    out.append('<text x="8" y="22" font-size="11" fill="#888">time</text>')
+    out.append('<text x="8" y="36" font-size="11" fill="#888">(case s)</text>')
     for mark in tl.marks:
         if mark.at is not None:
             out.append(f'<text x="8" y="{_cy(mark.row) + 4}" font-size="11" fill="#888" '
