@@ -59,6 +59,7 @@ INVARIANTS = (
 )
 
 BLOCKED_EXIT = 3
+LOCKED_EXIT = 6  # the refused process of a dresume pair (the supervisor's default ``locked_exit``)
 _UUID7 = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
 # Planner-fixed failure codes (SPEC §14.2) and the executor's step budget (issue 3): each has a precondition.
 _MODEL_ERROR = "model_error"
@@ -275,9 +276,16 @@ class Evidence:
         return f"kill {i + 1} ({self.kills[i].fault})"
 
     @property
+    def ended(self) -> list[LaunchInfo]:
+        """The launches that ended by themselves (not killed), without a dresume pair's refused sibling: its
+        ``locked`` exit says nothing about the session (which of the two is refused is a race)."""
+        return [l for l in self.launches if not l.killed and l.returncode is not None
+                and not (l.role == "dresume" and l.returncode == LOCKED_EXIT)]
+
+    @property
     def last_exit(self) -> LaunchInfo | None:
-        """The last launch that ended by itself (not killed)."""
-        ended = [l for l in self.launches if not l.killed and l.returncode is not None]
+        """The last launch that ended by itself (not killed, not a refused dresume sibling)."""
+        ended = self.ended
         return ended[-1] if ended else None
 
 
@@ -1284,7 +1292,7 @@ def final_outcome(ev: Evidence, state: State) -> str:
 
 def _blocked_before_abort(ev: Evidence) -> LaunchInfo | None:
     """The launch that ended blocked right before the last ``abort`` launch, if the case used the way out."""
-    ended = [l for l in ev.launches if not l.killed and l.returncode is not None]
+    ended = ev.ended
     for previous, launch in zip(ended, ended[1:]):
         if launch.role == "abort" and previous.returncode == BLOCKED_EXIT and launch is ended[-1]:
             return previous
@@ -1304,23 +1312,48 @@ def decisive_state(ev: Evidence) -> tuple[Mapping | None, str]:
     write/fsync (``ioerror``: the agent exits and is resumed like after a crash; the log it left is every transaction
     written up to then). None when nothing crashed the agent.
     """
+    view, decisive, _ = _decisive(ev)
+    return (view.reduction if view is not None else None), decisive
+
+
+def _decisive(ev: Evidence) -> tuple[LogView | None, str, int | None]:
+    """``decisive_state`` as a log view, with the index of the launch the last crash hit (None: unknown)."""
     last = None
     for f in ev.fired:
         if f.action in _KILL_ACTIONS or f.action == "ioerror":
             last = f
     if last is None:
         if ev.kills:  # evidence without fault records: the kills alone
-            return ev.kill_views[-1].reduction, ev.kill_name(len(ev.kills) - 1)
-        return None, "no crash"
+            return ev.kill_views[-1], ev.kill_name(len(ev.kills) - 1), ev.kills[-1].launch
+        return None, "no crash", None
     if last.action in _KILL_ACTIONS and ev.kills:
-        return ev.kill_views[-1].reduction, ev.kill_name(len(ev.kills) - 1)
+        return ev.kill_views[-1], ev.kill_name(len(ev.kills) - 1), ev.kills[-1].launch
     end = 0
     for line in ev.final.lines:
         writer = ev.writers.get(line.facts[0].get("seq"))
         if writer is not None and writer > last.launch:
             break
         end = line.end
-    return LogView(ev.final_log[:end]).reduction, f"{last.fault} (the log its launch left)"
+    return LogView(ev.final_log[:end]), f"{last.fault} (the log its launch left)", last.launch
+
+
+def condition_context(ev: Evidence, view: LogView | None, crashed: int | None) -> dict:
+    """What the scenario conditions need beyond the log at the last crash (``chaos.scenario.condition_holds``).
+
+    ``current``: the configuration of the launch that recovered from the crash (the first launch after the one it
+    hit). Restart changes apply only after a SIGKILL, and work may have been recorded after they applied, so the
+    configuration the in-flight work was recorded under is compared with *this* one, not assumed (SPEC §14.4 P3,
+    P7.1). ``ended``: the outcome of the latest operation when the crash found the log idle after it (e.g. an
+    ``agent abort`` killed after its terminal record: that run ended aborted, whatever the next launch does).
+    """
+    after = [l for l in ev.launches if crashed is not None and l.index > crashed]
+    context: dict = {"current": after[0].current if after else None, "ended": None}
+    if view is not None and view.reduces:
+        state = view.state()
+        if state.idle and state.order:
+            op = state.ops[state.order[-1]]
+            context["ended"] = f"failed:{(op.error or {}).get('code')}" if op.outcome == "failed" else op.outcome
+    return context
 
 
 def _interrupt(ev: Evidence, state: State) -> tuple[Fired, _Op | None] | None:
@@ -1351,10 +1384,11 @@ def outcome(ev: Evidence) -> InvariantResult:
     findings: list[Finding] = []
     checked: list[str] = []
     state = ev.final.state()
-    reduction, decisive = decisive_state(ev)
+    view, decisive, crashed = _decisive(ev)
+    reduction = view.reduction if view is not None else None
     if decisive != "no crash" and reduction is None:
         checked.append(f"the state at {decisive} does not reduce: default expectations used")
-    resolved = ev.expect.resolve(reduction) if ev.expect is not None else None
+    resolved = ev.expect.resolve(reduction, condition_context(ev, view, crashed)) if ev.expect is not None else None
     actual = final_outcome(ev, state)
     interrupt = _interrupt(ev, state)
     if interrupt is not None and interrupt[1] is not None:

@@ -7,8 +7,8 @@ after the first kill, pinned fault schedules, and expectations. Expectations may
 landed, stated as *conditions on the durable state* at that kill (never on kill-point names, which would tie a
 scenario to one agent's transaction layout). ``scenarios/README.md`` documents the format with a commented example.
 
-Condition vocabulary (``condition_holds(cond, reduction)``; ``reduction`` is the SPEC §10 SessionState of the log
-at the last kill, or ``None`` when no fault killed the agent):
+Condition vocabulary (``condition_holds(cond, reduction, context)``; ``reduction`` is the SPEC §10 SessionState of
+the log at the last kill, or ``None`` when no fault killed the agent):
 
     none             nothing in flight: no kill at all, or no open attempt, no pending tool and no abort request
     no-kill          the case never killed the agent (``reduction is None``)
@@ -24,7 +24,19 @@ at the last kill, or ``None`` when no fault killed the agent):
     interrupted / interrupted:TOOL  a call in the transcript got the `interrupted` result (SPEC §5.6): an earlier
                      crash left it pending and it was never replayed (after a depth-2 kill it is no longer pending)
     abort-requested  an abortRequested record is durable for the current operation
+    changed          the work in flight was recorded under another configuration than the one of the launch that
+                     recovers from the kill (``context["current"]``, SPEC §8.7): an open/failed attempt whose
+                     configurationDigest or header environmentIdentity differs, a pending call whose recorded
+                     environmentIdentity, replay declaration or tool definition differs (a safe one also when the
+                     step's digest differs), or an untouched call whose tool was removed or redefined. False when
+                     the restart changes applied before the work was recorded, or not yet (they apply only after a
+                     SIGKILL). Unknown configuration (a foreign agent): holds.
+    ended / ended:OUTCOME  the kill landed between operations and the latest operation had ended (with OUTCOME:
+                     completed, aborted, failed or failed:CODE; ``context["ended"]``)
     not:COND         negation; a rule's ``when`` may also be a list of conditions that must all hold
+
+``context`` holds what the oracle knows beyond the log at the kill; without it, ``changed`` holds and ``ended:R``
+does not.
 
 Invariant protected: a scenario that loads is internally consistent (distinct prompts, so the scripted server can
 identify a run from a request; provider call ids unique, so effects and results are attributable; tools, fault
@@ -123,7 +135,7 @@ def replay_problem(text: str) -> str | None:
 
 _CONDITIONS_PLAIN = frozenset(
     {"none", "no-kill", "idle", "run", "compaction", "no-step", "open-attempt", "failed-step", "settled", "pending",
-     "untouched", "interrupted", "abort-requested"}
+     "untouched", "interrupted", "abort-requested", "changed", "ended"}
 )
 
 
@@ -145,8 +157,13 @@ def condition_problem(text: str) -> str | None:
         return None if arg in STOP_REASONS else f"condition {body!r}: stopReason must be one of {', '.join(STOP_REASONS)}"
     if name in ("pending", "untouched", "interrupted"):
         return None if arg else f"condition {body!r}: {name}:TOOL needs a tool name"
+    if name == "ended":
+        problem = outcome_problem(arg)
+        if problem is None and arg.startswith("blocked:"):
+            problem = "an operation never ends blocked (blocked is a launch's exit, not a durable outcome)"
+        return None if problem is None else f"condition {body!r}: {problem}"
     return (f"unknown condition {body!r} (conditions with an argument: run:N, open-attempt:N, settled:R, pending:TOOL, "
-            "untouched:TOOL, interrupted:TOOL)")
+            "untouched:TOOL, interrupted:TOOL, ended:OUTCOME)")
 
 
 def _did_you_mean(word: str, choices) -> str:
@@ -395,14 +412,15 @@ class Expect(_Expected):
     outcome: OutcomeText = "completed"
     when: list[Rule] = Field(default_factory=list)
 
-    def resolve(self, reduction: Mapping | None) -> Resolved:
-        """The expectations for a case whose last kill left ``reduction`` (None: no kill). Pure.
+    def resolve(self, reduction: Mapping | None, context: Mapping | None = None) -> Resolved:
+        """The expectations for a case whose last kill left ``reduction`` (None: no kill); ``context`` as for
+        ``condition_holds``. Pure.
 
         A matching rule replaces each of ``outcome``, ``answer``, ``files`` and ``effects`` that it gives (a
         ``files``/``effects`` table replaces the default table as a whole).
         """
         for index, rule in enumerate(self.when):
-            if all(condition_holds(c, reduction) for c in rule.when):
+            if all(condition_holds(c, reduction, context) for c in rule.when):
                 return Resolved(
                     outcome=rule.outcome or self.outcome,
                     answer=rule.answer if rule.answer is not None else self.answer,
@@ -513,13 +531,18 @@ def _interrupted_calls(reduction: Mapping) -> list[str]:
     return out
 
 
-def condition_holds(cond: str, reduction: Mapping | None) -> bool:
-    """Whether condition ``cond`` (module docstring) holds for ``reduction``; ``None`` means no kill happened. Pure."""
+def condition_holds(cond: str, reduction: Mapping | None, context: Mapping | None = None) -> bool:
+    """Whether condition ``cond`` (module docstring) holds for ``reduction``; ``None`` means no kill happened.
+
+    ``context`` (optional): ``current``, the SPEC §8.7 CurrentConfiguration of the launch that recovered from the
+    kill (None: unknown), and ``ended``, the outcome of the latest finished operation at the kill (None: none). Pure.
+    """
     if cond.startswith("not:"):
-        return not condition_holds(cond[4:], reduction)
+        return not condition_holds(cond[4:], reduction, context)
     name, _, arg = cond.partition(":")
     if reduction is None:
         return name in ("none", "no-kill")
+    context = context or {}
     op = reduction["operation"]
     kind = op.get("kind")
     step = op.get("step")
@@ -530,6 +553,13 @@ def condition_holds(cond: str, reduction: Mapping | None) -> bool:
                     or condition_holds("abort-requested", reduction))
     if name == "idle":
         return kind == "idle"
+    if name == "changed":
+        return _recorded_under_other_configuration(reduction, context.get("current"))
+    if name == "ended":
+        ended = context.get("ended")
+        if kind != "idle" or not ended:
+            return False
+        return not arg or ended == arg or (arg == "failed" and ended.startswith("failed:"))
     if name == "run":
         if kind != "run":
             return False
@@ -556,6 +586,46 @@ def condition_holds(cond: str, reduction: Mapping | None) -> bool:
     if name == "abort-requested":
         return bool(op.get("abortRequested"))
     raise ValueError(f"unknown condition {cond!r}")
+
+
+def _recorded_under_other_configuration(reduction: Mapping, current: Mapping | None) -> bool:
+    """The ``changed`` condition: in-flight work whose recorded configuration differs from ``current``.
+
+    WHY: restart changes apply on the launches after the first SIGKILL, so work in flight at the *last* kill may have
+    been recorded already under the new configuration (the first kill lost the run, the supervisor issued it again),
+    or the recovering launch may still run the old one (an ioerror exits without SIGKILL). Only a difference between
+    what was recorded and what resumes it makes the planner's gates (SPEC §14.4 P3.1-2, P7.1.1-3) block.
+    """
+    if current is None:
+        return True  # unknown: assume the changes apply (the conservative reading before this condition existed)
+    op = reduction["operation"]
+    step = op.get("step") or {}
+    digest, env = current.get("configurationDigest"), current.get("environmentIdentity")
+    if step.get("status") in ("attempting", "failed") and (
+            step.get("configurationDigest") != digest or reduction.get("header", {}).get("environmentIdentity") != env):
+        return True
+    declared = {t.get("name"): t for t in current.get("tools", []) if isinstance(t, Mapping)}
+    seen = {t.get("name"): t for t in (step.get("configurationSnapshot") or {}).get("tools", [])}
+    for call in op.get("toolCalls", []):
+        if call.get("status") != "pending":
+            continue
+        decl, name = declared.get(call.get("toolName")), call.get("toolName")
+        if call.get("environmentIdentity") != env or decl is None or name not in seen \
+                or decl.get("definitionDigest") != seen[name].get("definitionDigest"):
+            return True
+        if call.get("replay") == "safe" and (decl.get("replay") != "safe" or decl.get("replayKey") != call.get("replayKey")
+                                             or step.get("configurationDigest") != digest):
+            return True
+    for call in _untouched_calls(reduction):  # P7.2.3: a tool the model saw, now removed or redefined
+        name = call.get("function", {}).get("name")
+        try:
+            arguments = json.loads(call.get("function", {}).get("arguments") or "")
+        except ValueError:
+            arguments = None
+        if name in seen and isinstance(arguments, dict) and (
+                name not in declared or declared[name].get("definitionDigest") != seen[name].get("definitionDigest")):
+            return True
+    return False
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -706,6 +706,39 @@ def test_outcome_reads_a_block_reconciled_by_abort_as_the_blocked_outcome():
     assert any("blocked environment_changed, but the durable prefix does not justify it" in f for f in found["converges"])
 
 
+def test_outcome_ignores_the_refused_sibling_of_a_dresume_pair():
+    """The `locked` exit of a dresume pair's refused process does not hide the block its sibling reported."""
+    log = aborted_log()
+    open_attempt = log.data[: log.txs[1][3]]
+    other = {**CURRENT, "configurationDigest": "sha256:" + "9" * 64}
+    for blocked, refused in ((1, 2), (2, 1)):  # which sibling wins the lock is a race
+        launches = [LaunchInfo(0, "step", None, killed=True, current=CURRENT), None, None,
+                    LaunchInfo(3, "abort", 0, current=other, restart=True)]
+        launches[blocked] = LaunchInfo(blocked, "dresume", 3, stdout='{"blocked":"configuration_changed"}\n',
+                                       current=other, restart=True)
+        launches[refused] = LaunchInfo(refused, "dresume", oracle.LOCKED_EXIT, current=other, restart=True)
+        writers = {log.txs[i][0]: (0 if i < 2 else 3) for i in range(len(log.txs))}
+        ev = evidence(log, writers=writers, launches=launches, requests=[], witness=[], expect=ABORT_SCENARIO.expect,
+                      kills=[Kill("dresume:stepAttempt@after-sync#1", 0, open_attempt, action="dresume", barrier=5)])
+        assert oracle.final_outcome(ev, ev.final.state()) == "blocked:configuration_changed"
+        assert "outcome" not in failing(ev)
+
+
+def test_condition_context_names_the_recovering_configuration_and_the_ended_outcome():
+    """The context of the conditions is the configuration of the launch after the last crash and, on an idle log,
+    how the latest operation ended."""
+    log = aborted_log()
+    other = {**CURRENT, "configurationDigest": "sha256:" + "9" * 64}
+    launches = [LaunchInfo(0, "step", None, killed=True, current=CURRENT),
+                LaunchInfo(1, "resume", 0, current=other, restart=True)]
+    ev = evidence(log, launches=launches, kills=[Kill("operationFinished@after-sync#1", 0, log.data)])
+    view, _, crashed = oracle._decisive(ev)
+    assert oracle.condition_context(ev, view, crashed) == {"current": other, "ended": "aborted"}
+    busy = evidence(log, launches=launches, kills=[Kill("stepAttempt@after-sync#1", 0, log.data[: log.txs[1][3]])])
+    view, _, crashed = oracle._decisive(busy)
+    assert oracle.condition_context(busy, view, crashed) == {"current": other, "ended": None}
+
+
 def test_effects_fail_when_a_read_is_replayed_in_another_environment():
     """A safe read replayed by a launch whose environment differs from the intent's re-read another machine (P7.1.1)."""
     log = Log()

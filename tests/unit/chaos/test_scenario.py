@@ -296,7 +296,54 @@ class TestConditions:
         assert condition_holds("none", None) and condition_holds("no-kill", None)
         assert not condition_holds("idle", None) and condition_holds("not:pending", None)
 
-    @pytest.mark.parametrize("text", ["pendng", "open-attempt:3", "run:0", "settled:toolUsed", "pending:", "foo:bar"])
+    @staticmethod
+    def current_of(state: dict, **changes) -> dict:
+        """The CurrentConfiguration (SPEC §8.7) a launch that recorded ``state``'s step and intents ran with."""
+        step = state["operation"].get("step") or {}
+        intents = {t["toolName"]: t for t in state["operation"].get("toolCalls", [])}
+        tools = [{"name": t["name"], "definitionDigest": t["definitionDigest"],
+                  "replay": intents.get(t["name"], {}).get("replay", "safe"),
+                  "replayKey": intents.get(t["name"], {}).get("replayKey", f"builtin:{t['name']}:v1")}
+                 for t in step.get("configurationSnapshot", {}).get("tools", [])]
+        current = {"configurationDigest": step.get("configurationDigest"),
+                   "environmentIdentity": state["header"]["environmentIdentity"], "tools": tools}
+        current.update(changes)
+        return current
+
+    @pytest.mark.parametrize("fixture", ["open-attempt", "attempts-exhausted", "pending-safe-tool"])
+    def test_changed_compares_the_recorded_configuration_with_the_recovering_one(self, corpus, fixture):
+        """`changed` holds only when the in-flight work was recorded under another configuration than the current."""
+        state = json.loads((corpus / "fixtures" / f"{fixture}.expected.json").read_text())["state"]
+        same = self.current_of(state)
+        assert not condition_holds("changed", state, {"current": same})
+        assert condition_holds("not:changed", state, {"current": same})
+        for other in ({"configurationDigest": "sha256:" + "9" * 64}, {"environmentIdentity": "elsewhere"}):
+            assert condition_holds("changed", state, {"current": {**same, **other}})
+        assert condition_holds("changed", state)  # configuration unknown: the changes are assumed to apply
+
+    def test_changed_sees_a_pending_call_whose_declaration_or_tool_changed(self, corpus):
+        """A pending read under a new replay declaration, or with its tool removed, is `changed`; an idle state is not."""
+        state = json.loads((corpus / "fixtures" / "pending-safe-tool.expected.json").read_text())["state"]
+        same = self.current_of(state)
+        never = {**same, "tools": [{**t, "replay": "never"} for t in same["tools"]]}
+        assert condition_holds("changed", state, {"current": never})
+        assert condition_holds("changed", state, {"current": {**same, "tools": []}})
+        idle = json.loads((corpus / "fixtures" / "header-only.expected.json").read_text())["state"]
+        assert not condition_holds("changed", idle, {"current": {**same, "tools": []}})
+
+    def test_ended_reads_the_finished_operation_from_the_context(self, corpus):
+        """`ended[:OUTCOME]` holds on an idle state whose latest operation ended so; never without that fact."""
+        idle = json.loads((corpus / "fixtures" / "header-only.expected.json").read_text())["state"]
+        assert condition_holds("ended:aborted", idle, {"ended": "aborted"})
+        assert condition_holds("ended", idle, {"ended": "aborted"})
+        assert not condition_holds("ended:completed", idle, {"ended": "aborted"})
+        assert condition_holds("ended:failed", idle, {"ended": "failed:model_error"})
+        assert not condition_holds("ended", idle) and not condition_holds("ended:aborted", idle, {"ended": None})
+        busy = json.loads((corpus / "fixtures" / "open-attempt.expected.json").read_text())["state"]
+        assert not condition_holds("ended:aborted", busy, {"ended": "aborted"})
+
+    @pytest.mark.parametrize("text", ["pendng", "open-attempt:3", "run:0", "settled:toolUsed", "pending:", "foo:bar",
+                                      "ended:blocked:configuration_changed", "ended:nope", "changd"])
     def test_malformed_conditions_are_reported(self, text):
         """Conditions outside the vocabulary have a problem message."""
         assert condition_problem(text)
