@@ -150,9 +150,11 @@ class CampaignOptions:
 
 
 def nightly(options: CampaignOptions) -> CampaignOptions:
-    """The nightly preset: the full library, every fault action, depth 2 (a ``--budget`` may still bound it)."""
+    """The nightly preset: every fault action, depth 2, regressions enumerated too (a ``--budget`` may still bound
+    it). It keeps the user's scenario selection (paths, ``--tag``): ``--nightly --tag restart-change`` is a nightly
+    campaign of those scenarios, not of the whole library."""
     options.mode, options.depth, options.faults = "exhaustive", 2, list(FAULT_FAMILIES)
-    options.tags, options.regressions_pinned = [], False
+    options.regressions_pinned = False
     return options
 
 

@@ -313,7 +313,7 @@ def _campaign_usage(lines: list[str]) -> None:
 @click.option("--agent-bugs", default="", metavar="NAMES", help="AGENT_BUGS for the cases (never the baseline)")
 @click.option("--tag", "tags", multiple=True, help="only scenarios with this tag (repeatable: any of them)")
 @click.option("--list", "list_only", is_flag=True, help="print the case ids and exit")
-@click.option("--nightly", is_flag=True, help="preset: the full library, every fault action, depth 2")
+@click.option("--nightly", is_flag=True, help="preset: every fault action, depth 2, regressions enumerated (the selected scenarios; default the full library)")
 @click.option("--name", default="", help="campaign name: reports/<name>/ [default: campaign-<UTC time>]")
 @click.option("--out", default="reports", show_default=True, type=click.Path(path_type=str),
               help="where campaign directories go")

@@ -176,3 +176,12 @@ class TestReporter:
         reporter.case(record("s::user@after-sync#2"))
         assert lines[0].startswith("FAIL  s::user@after-sync#1  outcome")
         assert lines[-1].startswith("[2/2] failures 1,") and "cases/s" in lines[-1]
+
+
+def test_nightly_preset_keeps_the_scenario_selection():
+    """The nightly preset turns on depth 2, every fault action and enumerated regressions, and keeps --tag."""
+    from chaos.campaign import FAULT_FAMILIES, CampaignOptions, nightly
+
+    options = nightly(CampaignOptions(tags=["restart-change"]))
+    assert (options.depth, options.faults, options.regressions_pinned) == (2, list(FAULT_FAMILIES), False)
+    assert options.tags == ["restart-change"]
