@@ -231,8 +231,8 @@ def _map_calls(raw: object) -> list[dict] | str:
     return calls
 
 
-def map_completion(data: bytes) -> Completion | LiveError:
-    """Map a 2xx chat-completions body to a Completion or an ``invalid_response`` LiveError (SPEC §15.4)."""
+def _first_message(data: bytes) -> tuple[dict, dict, dict | None] | LiveError:
+    """(first choice, its message, usage) of a 2xx body, or the ``invalid_response`` LiveError."""
     first = _first_choice(data)
     if isinstance(first, LiveError):
         return first
@@ -240,6 +240,15 @@ def map_completion(data: bytes) -> Completion | LiveError:
     message = choice.get("message")
     if not isinstance(message, dict):
         return _invalid("choice has no message", usage)
+    return choice, message, usage
+
+
+def map_completion(data: bytes) -> Completion | LiveError:
+    """Map a 2xx chat-completions body to a Completion or an ``invalid_response`` LiveError (SPEC §15.4)."""
+    first = _first_message(data)
+    if isinstance(first, LiveError):
+        return first
+    choice, message, usage = first
     content = message.get("content")
     if content is not None and not isinstance(content, str):
         return _invalid("message content is neither a string nor null", usage)
@@ -266,13 +275,10 @@ def map_completion(data: bytes) -> Completion | LiveError:
 
 def map_summary(data: bytes) -> Summary | LiveError:
     """Map a 2xx body answering a summary request to a Summary, or ``invalid_response``."""
-    first = _first_choice(data)
+    first = _first_message(data)
     if isinstance(first, LiveError):
         return first
-    choice, usage = first
-    message = choice.get("message")
-    if not isinstance(message, dict):
-        return _invalid("choice has no message", usage)
+    choice, message, usage = first
     content = message.get("content")
     if not isinstance(content, str):
         return _invalid("summary content is not a string", usage)
