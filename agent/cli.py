@@ -7,16 +7,22 @@ very same shapes, so they never change meaning:
 
 - ``reduce FILE``            stdout ``{"ok":true,"state":STATE}`` exit 0, or ``{"ok":false,"error":{code,line,seq?}}``
                              exit 1 (raw bytes in, SPEC §10/§11; takes no lock, never modifies the file);
-- ``plan FILE CURRENT.json`` stdout the RecoveryPlan JSON (SPEC §14.2) exit 0, or the same ``{"ok":false,…}`` exit 1.
+- ``plan FILE CURRENT.json`` stdout the RecoveryPlan JSON (SPEC §14.2) exit 0, or the same ``{"ok":false,…}`` exit 1
+                             (always the built-in planner: ``AGENT_PLANNER_CMD`` is never consulted here, so
+                             ``AGENT_PLANNER_CMD="python3 -m agent"`` cannot recurse);
+- ``bugs [--json]``          the known-bug switches, as lines or as ``[{"name","layer","description"}, …]``.
 
 Invariant it protects: every expected condition ends in one clear stderr line and a documented exit code, never a
-Python traceback (``EXIT_CODES`` below, repeated in ``--help`` and docs/agent.md). Anything that is not an
-``AgentError`` (or an OS error of an input file) is a defect and is allowed to surface.
+Python traceback (the table is ``agent.exits.EXIT_CODES``, repeated in ``--help`` and docs/agent.md; a failed planner
+command adds its stderr tail after that line). An unknown ``AGENT_BUGS`` name is exit 2 for every verb, checked once
+before dispatch. Anything that is not an ``AgentError`` (or an OS error of an input file) is a defect and is allowed
+to surface.
 
-What it does not do: no session logic. Parsing and exit-code mapping live here; the plan executor and live loop
-live in ``agent.loop`` / ``agent.recovery``, imported only by the commands that execute plans, so ``reduce`` and
-``plan`` stay cheap. Standard library only (argparse, json): the agent's start path must not import pydantic, click,
-rich, psutil or httpx.
+What it does not do: no session logic. Argument parsing and the error-to-exit mapping of ``main`` live here (the
+codes themselves in ``agent.exits``, input-path checks in ``agent.files``); the plan executor and live loop live in
+``agent.loop`` / ``agent.recovery``, imported only by the commands that execute plans, so ``reduce`` and ``plan``
+stay cheap. The dependency goes one way: cli imports loop (lazily), loop never imports cli. Standard library only
+(argparse, json): the agent's start path must not import pydantic, click, rich, psutil or httpx.
 """
 
 from __future__ import annotations
@@ -24,38 +30,28 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import stat
 import sys
 from collections.abc import Mapping
 
 from agent.errors import AgentError
 
-EXIT_OK = 0
-EXIT_LOG_ERROR_JSON = 1  # reduce / plan only: the log does not reduce, reported as JSON on stdout
-EXIT_USAGE = 2
-EXIT_BLOCKED = 3
-EXIT_FAILED = 4
-EXIT_BAD_LOG = 5
-EXIT_LOCKED = 6
-EXIT_CHANNEL_LOST = 7
-EXIT_REJECTED = 70  # EX_SOFTWARE: the store rejected a transaction the agent built — a defect of the agent
-EXIT_IO = 74  # EX_IOERR: writing the session failed (disk full, fsync error); nothing was acknowledged
-EXIT_INTERRUPTED = 130
-
-EXIT_CODES = f"""\
-exit codes:
-  {EXIT_OK}    completed, idle, or `abort` reconciled the operation
-  {EXIT_LOG_ERROR_JSON}    reduce/plan: the log does not reduce ({{"ok":false,"error":…}} on stdout)
-  {EXIT_USAGE}    usage error: bad arguments, missing file, a directory, unknown AGENT_BUGS name
-  {EXIT_BLOCKED}    blocked: recovery cannot proceed safely (stdout {{"blocked": "<reason>"}})
-  {EXIT_FAILED}    the run finished failed (provider error, dead-end answer, step budget)
-  {EXIT_BAD_LOG}    the log does not reduce, or its file name does not match its header (code, line, seq)
-  {EXIT_LOCKED}    the session is locked by another process
-  {EXIT_CHANNEL_LOST}    the checkpoint channel (CHAOS_CONTROL) was lost; nothing more was written
-  {EXIT_REJECTED}   the store rejected a transaction the agent built (agent defect; code, line, seq on stderr)
-  {EXIT_IO}   writing the session failed (disk full, fsync error); the transaction was not acknowledged
-  {EXIT_INTERRUPTED}  interrupted by SIGINT/SIGTERM and reconciled as aborted
-"""
+from agent.exits import (  # noqa: F401 - re-exported: the exit-code table lives in agent.exits
+    EXIT_BAD_LOG,
+    EXIT_BLOCKED,
+    EXIT_CHANNEL_LOST,
+    EXIT_CODES,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_IO,
+    EXIT_LOCKED,
+    EXIT_LOG_ERROR_JSON,
+    EXIT_OK,
+    EXIT_PLANNER_CMD,
+    EXIT_REJECTED,
+    EXIT_USAGE,
+    describe_error,
+)
+from agent.files import check_input_file
 
 _CONFIG_HELP = """\
 configuration (the same on run, resume, abort, compact, so a supervisor can change it across a restart):
@@ -65,6 +61,8 @@ configuration (the same on run, resume, abort, compact, so a supervisor can chan
 environment:
   AGENT_BUGS=name[,name…]  re-introduce known defects (see `python -m agent bugs`)
   CHAOS_CONTROL=SOCKET     report durable-log checkpoints to a supervisor (docs/protocol.md)
+  AGENT_PLANNER_CMD=CMD    run `CMD plan LOG CURRENT.json` for each recovery decision instead of the built-in
+                           planner (AGENT_PLANNER_SCOPE=recovery|all, AGENT_PLANNER_TIMEOUT=SECONDS, default 30)
 """
 
 
@@ -131,7 +129,9 @@ def _build_parser() -> argparse.ArgumentParser:
         sub = commands.add_parser(name, parents=[config], help=text, epilog=EXIT_CODES, formatter_class=formatter)
         sub.add_argument("file", metavar="FILE")
 
-    commands.add_parser("bugs", help="list the known-bug switches of AGENT_BUGS")
+    sub = commands.add_parser("bugs", help="list the known-bug switches of AGENT_BUGS")
+    sub.add_argument("--json", action="store_true",
+                     help='print [{"name", "layer": "planner"|"executor", "description"}, …] instead')
     return parser
 
 
@@ -171,20 +171,6 @@ def _emit(value: object) -> None:
 def _note(text: str) -> None:
     sys.stderr.write(f"agent: {text}\n")
     sys.stderr.flush()
-
-
-def check_input_file(path: str) -> None:
-    """Refuse a missing path, a directory or anything but a regular file, as a usage error (exit 2)."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        raise UsageError(f"{path}: no such file") from None
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot access: {exc.strerror}") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise UsageError(f"{path}: is a directory, not a session file")
-    if not stat.S_ISREG(st.st_mode):
-        raise UsageError(f"{path}: not a regular file")
 
 
 def _read_input(path: str) -> bytes:
@@ -285,6 +271,11 @@ def _cmd_plan(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
 def _cmd_bugs(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     from agent import bugs as bug_switches
 
+    if args.json:
+        # The machine-readable listing a harness asks a target for (instead of importing agent.bugs).
+        _emit([{"name": name, "layer": "planner" if name in bug_switches.PLANNER_BUGS else "executor",
+                "description": description} for name, description in bug_switches.BUGS.items()])
+        return EXIT_OK
     sys.stdout.write(bug_switches.listing())
     sys.stdout.flush()
     return EXIT_OK
@@ -312,6 +303,7 @@ def main(argv: list[str] | None = None, environ: Mapping[str, str] | None = None
     env = os.environ if environ is None else environ
     try:
         args = _build_parser().parse_args(argv)
+        _check_bug_switches(env)  # every verb refuses an unknown AGENT_BUGS name (exit 2), before it does anything
         return _COMMANDS[args.command](args, env)
     except UsageError as exc:
         _note(str(exc))
@@ -327,6 +319,8 @@ def main(argv: list[str] | None = None, environ: Mapping[str, str] | None = None
     except AgentError as exc:
         code, message = describe_error(exc)
         _note(message)
+        for line in getattr(exc, "details", ()):  # e.g. the failed planner command's stderr tail (exit 8)
+            _note(line)
         return code
     except OSError as exc:
         # An I/O failure outside the store's own error handling (reading the session, the disk going away):
@@ -335,31 +329,9 @@ def main(argv: list[str] | None = None, environ: Mapping[str, str] | None = None
         return EXIT_IO
 
 
-def describe_error(exc: AgentError) -> tuple[int, str]:
-    """The exit status and the one stderr line for an expected failure of any command."""
-    code = getattr(exc, "exit_code", None)
-    if isinstance(code, int):
-        return code, str(exc)
-    from agent.bugs import UnknownBugError
-    from agent.session.errors import CorruptionError, SessionFileError, SessionLockedError, StoreError
+def _check_bug_switches(environ: Mapping[str, str]) -> None:
+    """Raise UnknownBugError (exit 2) for an unknown AGENT_BUGS name (agent.bugs is imported only when it is set)."""
+    if environ.get("AGENT_BUGS"):
+        from agent import bugs as bug_switches
 
-    if isinstance(exc, UnknownBugError):
-        return EXIT_USAGE, str(exc)
-    if isinstance(exc, SessionLockedError):
-        return EXIT_LOCKED, "session is locked by another process"
-    if isinstance(exc, CorruptionError):
-        # Raised by SessionStore.open: the committed prefix does not reduce (SPEC §13.5 step 3; file untouched).
-        return EXIT_BAD_LOG, f"log does not reduce: {_corruption_text(exc)}"
-    if isinstance(exc, SessionFileError):
-        # Missing files, directories and links were refused before opening (exit 2); what is left is the
-        # SPEC §13.1 file-name/header mismatch (or a race that replaced the file).
-        return EXIT_BAD_LOG, str(exc)
-    if isinstance(exc, StoreError):
-        return EXIT_IO, f"session store: {exc}"
-    # Any other AgentError is something the agent itself got wrong: report it like a rejected transaction.
-    return EXIT_REJECTED, f"internal error: {type(exc).__name__}: {exc}"
-
-
-def _corruption_text(exc) -> str:
-    where = f"code {exc.code}, line {exc.line}"
-    return where + (f", seq {exc.seq}" if exc.seq is not None else "")
+        bug_switches.from_environ(environ)

@@ -23,8 +23,14 @@ Invariants it protects:
 - **Progress.** Every executed plan must commit at least one transaction unless an interrupt cut it short; otherwise
   the loop stops with an internal error rather than spinning (a planner that repeats itself is a defect, §14.5).
 
+- **Who decides.** ``Loop.plan`` asks ``plan_recovery`` — or, when ``AGENT_PLANNER_CMD`` is set and the decision is
+  in its scope (``AGENT_PLANNER_SCOPE``: the recovery decision by default, every plan with ``all``), the foreign
+  planner command (``agent.planner_cmd``). Such a plan is logged after a ``planner-cmd: decided the next plan`` line
+  and executed exactly like the planner's own; the command wins over the planner-level ``AGENT_BUGS`` switches.
+
 What it does not do: choose plans (planner), build facts (materialize), talk HTTP (provider), run tools (tools),
-or parse the command line (cli). ``execute_command`` is the glue between the CLI's arguments and these parts.
+or parse the command line (cli: it imports this module, never the other way round; exit codes are in
+``agent.exits``). ``execute_command`` is the glue between the CLI's arguments and these parts.
 """
 
 from __future__ import annotations
@@ -38,7 +44,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from agent import bugs as bug_switches
+from agent import exits
 from agent.errors import AgentError
+from agent.planner_cmd import PlannerCommand, PlannerCommandCancelled
 from agent.recovery import Executor, Interrupt, Model, PlanExecutionError
 from agent.session.planner import plan_recovery
 
@@ -49,7 +57,7 @@ _ABORT_PLANS = frozenset({"closeAttempt", "appendSynthetic", "finish"})
 class ConfigurationError(AgentError):
     """The configuration flags or the workspace are unusable: a usage error (exit 2), nothing written."""
 
-    exit_code = 2
+    exit_code = exits.EXIT_USAGE
 
 
 @dataclass
@@ -145,26 +153,36 @@ class Loop:
     ``abort``. All writes go through ``executor.commit``."""
 
     def __init__(self, store, executor: Executor, model: Model, *, interrupt: Interrupt, max_steps: int = 20,
-                 planner_bugs: frozenset[str] = frozenset(), note=None):
+                 planner_bugs: frozenset[str] = frozenset(), planner_command: PlannerCommand | None = None,
+                 note=None):
         self.store = store
         self.executor = executor
         self.model = model
         self.interrupt = interrupt
         self.max_steps = max_steps
         self.planner_bugs = planner_bugs
+        self.planner_command = planner_command
+        self.decided_by = "planner"  # who made the last plan: "planner" (in process) or "planner-cmd"
         self.steps = StepCounter(store)
         self.log_plans = False
         self._note = note or (lambda text: None)
         executor.observers.append(self.steps.observe)
 
     def plan(self) -> dict:
-        """The planner's next plan for the durable state (planner-level bug switches applied to recovery plans)."""
+        """The next plan for the durable state: from the planner command when one is configured and the decision
+        is in its scope, else from ``plan_recovery`` (planner-level bug switches applied to recovery plans)."""
         # Planner-level bug switches model defects of *recovery* code (upstream's planner only ever decided what to
         # do with a state found on disk after a crash; its live loop decided on its own). So a switch applies to the
         # recovery decision of a process: the plans it makes before it has committed anything itself. That is what
         # makes the stale-assistantCalls defect invisible to crash-free runs and found only by a kill between the
-        # final answer and its terminal record, as in the field.
-        bugs = self.planner_bugs if self.executor.commits == 0 else frozenset()
+        # final answer and its terminal record, as in the field. AGENT_PLANNER_SCOPE=recovery is the same window.
+        recovering = self.executor.commits == 0
+        command = self.planner_command
+        if command is not None and command.in_scope(recovering):
+            self.decided_by = "planner-cmd"  # the command wins over the in-process planner and its switches
+            return command.plan(os.path.abspath(self.store.path), self.model.current)
+        self.decided_by = "planner"
+        bugs = self.planner_bugs if recovering else frozenset()
         return plan_recovery(self.store.state, self.model.current, bugs=bugs)
 
     # -------------------------------------------------------------------------------------------- drive
@@ -180,7 +198,10 @@ class Loop:
                 return self._result("idle", finished)
             if self.interrupt.requested:
                 return self._interrupted(finished)
-            plan = self.plan()
+            try:
+                plan = self.plan()
+            except PlannerCommandCancelled:
+                continue  # SIGINT/SIGTERM killed the planner command: the flag is set, reconcile at the top
             if plan["type"] == "blocked":
                 return self._result("blocked", finished, reason=plan["reason"])
             plan = self._budget(state, plan)
@@ -256,6 +277,9 @@ class Loop:
 
     def _log(self, plan: dict) -> None:
         if self.log_plans:
+            if self.decided_by == "planner-cmd":
+                # Its own line, so the `agent: plan {…}` line keeps its exact shape for the readers that parse it.
+                self._note("planner-cmd: decided the next plan")
             self._note("plan " + json.dumps(plan, ensure_ascii=False, separators=(",", ":")))
 
     # -------------------------------------------------------------------------------------------- new operations
@@ -354,7 +378,7 @@ def _load_config(args, environ, *, workspace, model_default=None, provider=None)
 
 def _open_store(args, environ, bugs: frozenset[str], hook):
     """Open (or create) the session; returns (store, config). Nothing is written here but a new header."""
-    from agent.cli import check_input_file
+    from agent.files import check_input_file
     from agent.session.errors import SessionFileError
     from agent.session.store import SessionStore
 
@@ -393,27 +417,25 @@ def _open_store(args, environ, bugs: frozenset[str], hook):
 
 
 def _exit_status(command: str, result: Result) -> int:
-    from agent import cli
-
     if result.status == "blocked":
         # §15.2: blocked appends nothing; the reason goes to stdout for the supervisor / user.
         _stdout(json.dumps({"blocked": result.reason}))
-        return cli.EXIT_BLOCKED
+        return exits.EXIT_BLOCKED
     if result.status == "interrupted":
-        return cli.EXIT_INTERRUPTED
+        return exits.EXIT_INTERRUPTED
     plan = result.finished
     if plan is None:
-        return cli.EXIT_OK
+        return exits.EXIT_OK
     if plan["outcome"] == "completed":
         if result.final_text is not None:
             _stdout(result.final_text)
-        return cli.EXIT_OK
+        return exits.EXIT_OK
     if plan["outcome"] == "failed":
         error = plan["error"]
         _note(f"{result.finished_kind or 'operation'} failed: {error['code']}: {error['message']}")
-        return cli.EXIT_FAILED
+        return exits.EXIT_FAILED
     # aborted: the goal of `abort`; for any other command the operation was interrupted (now reconciled).
-    return cli.EXIT_OK if command == "abort" else cli.EXIT_INTERRUPTED
+    return exits.EXIT_OK if command == "abort" else exits.EXIT_INTERRUPTED
 
 
 def execute_command(args, environ: Mapping[str, str]) -> int:
@@ -422,6 +444,7 @@ def execute_command(args, environ: Mapping[str, str]) -> int:
     from agent.checkpoints import CheckpointChannel
 
     bugs = bug_switches.from_environ(environ)
+    planner_command = PlannerCommand.from_environ(environ)  # a bad AGENT_PLANNER_* value: exit 2, nothing opened
     interrupt = Interrupt()
     channel = CheckpointChannel.from_environ(environ)
     with _signal_handlers(interrupt):
@@ -436,6 +459,9 @@ def execute_command(args, environ: Mapping[str, str]) -> int:
             runner = agent_config.make_runner(config, environ=dict(environ))
             interrupt.on_request(client.cancel)
             interrupt.on_request(runner.abort)
+            if planner_command is not None:
+                interrupt.on_request(planner_command.cancel)
+                _note(f"planner command: {planner_command.describe()}")
             model = Model(
                 current=agent_config.current_configuration(config),
                 request_body=lambda messages: agent_config.request_body(config, messages),
@@ -443,7 +469,8 @@ def execute_command(args, environ: Mapping[str, str]) -> int:
             )
             executor = Executor(store, model, client, runner, interrupt=interrupt, bugs=bugs)
             loop = Loop(store, executor, model, interrupt=interrupt, max_steps=config.max_steps,
-                        planner_bugs=bugs & bug_switches.PLANNER_BUGS, note=_note)
+                        planner_bugs=bugs & bug_switches.PLANNER_BUGS, planner_command=planner_command,
+                        note=_note)
             status = _command(args, loop)
             usage = store.state["usage"]
             _note("usage (session totals from the log): " + " ".join(f"{k}={usage[k]}" for k in usage))

@@ -225,7 +225,11 @@ class Executor:
         state = self.store.state
         if plan["mode"] == "replay":
             # §15.2: no new toolStarted; re-run with the RECORDED effective arguments, commit into the reserved id.
-            call = next(t for t in state["operation"]["toolCalls"] if t["toolStartedId"] == plan["toolStartedId"])
+            call = next((t for t in state["operation"].get("toolCalls", ())
+                         if t["toolStartedId"] == plan.get("toolStartedId")), None)
+            if call is None:  # only a plan from outside the planner (AGENT_PLANNER_CMD) can name a missing intent
+                raise PlanExecutionError(f"cannot execute plan startTool replay: no started tool "
+                                         f"{plan.get('toolStartedId')!r} in the current operation")
             result = self._run_tool(plan, call["toolCallId"], plan["toolStartedId"])
             if result is None:
                 return
