@@ -36,6 +36,7 @@ BUGS: dict[str, str] = {
     "ignore-configuration-change": "planner retries an attempt although the configuration digest changed",
     "replay-ignores-environment": "planner replays a safe read although the environment identity changed",
     "no-torn-tail-repair": "store is opened without truncating a torn tail, so the next append follows it",
+    "start-untouched-while-pending": "planner starts untouched calls of an answer before its pending (crash-unknown) call",
 }
 
 # The planner owns the names of its switches (it rejects unknown ones); one list, so the two cannot drift apart.

@@ -10,9 +10,10 @@ per invariant:
 1. ``log-reduces`` — the final log reduces (reference reducer); no torn tail is left behind; the committed prefix at
    every kill reduces, is well-formed (SPEC §12) and is a prefix of the final log (append-only); every transaction
    meets the writer obligations of §12/§15 (``toolStarted`` arguments equal the parsed call text, replay declaration
-   and environment identity as configured for the launch that wrote it, digests as configured, synthetic reasons
-   that fit, no live write after ``abortRequested``, user entries only with ``runStarted`` …) and every model request
-   carries the configuration its ``stepAttempt`` recorded.
+   and environment identity as configured for the launch that wrote it, no ``toolStarted`` while another call of
+   the same answer is pending (§14.4 P7.1), digests as configured, synthetic reasons that fit, no live write after
+   ``abortRequested``, user entries only with ``runStarted`` …) and every model request carries the configuration
+   its ``stepAttempt`` recorded.
 2. ``acknowledged-durable`` — every transaction acknowledged at ``after-sync`` is in the final log and in every later
    kill snapshot byte for byte, and the offsets the agent reported match the file.
 3. ``converges`` — the final state is idle, or blocked with a reason the durable prefix justifies (checked from the
@@ -750,6 +751,13 @@ def writer_obligations(ev: Evidence) -> tuple[list[Finding], list[str]]:
                 call_id = rec.get("toolCallId")
                 if rec.get("assistantEntryId") != state.settled_entry():
                     bad("toolStarted for an assistant entry that is not the current step's settled answer", call_id)
+                for other in _pending_of(state, rec.get("assistantEntryId")):
+                    answer = state.entries.get(rec.get("assistantEntryId"), {})
+                    bad(f"toolStarted for call {call_id!r} (index {rec.get('toolIndex')}) of the assistant entry at "
+                        f"line {answer.get('_line')} while call {other.get('toolCallId')!r} (index "
+                        f"{other.get('toolIndex')}) of the same answer is pending since line {other.get('_line')} "
+                        "(SPEC §14.4 P7.1: pending calls first, no untouched call starts while one is pending)",
+                        call_id)
                 calls = state.message(rec.get("assistantEntryId")).get("tool_calls") or []
                 index = rec.get("toolIndex")
                 text = calls[index]["function"]["arguments"] if isinstance(index, int) and index < len(calls) else None
@@ -835,6 +843,13 @@ def writer_obligations(ev: Evidence) -> tuple[list[Finding], list[str]]:
     if unknown_config:
         notes.append(f"{unknown_config} fact(s) not checked against the configuration (unknown for their launch)")
     return findings, notes
+
+
+def _pending_of(state: State, assistant_entry: str | None) -> list[dict]:
+    """The started calls of ``assistant_entry`` that have no result yet (pending, SPEC §14.3), in index order."""
+    pending = [s for s in state.started.values()
+               if s["_status"] == "pending" and s.get("assistantEntryId") == assistant_entry]
+    return sorted(pending, key=lambda s: (s.get("toolIndex") if isinstance(s.get("toolIndex"), int) else -1))
 
 
 def _request_snapshots(ev: Evidence, checked: list[str]) -> list[Finding]:

@@ -40,6 +40,7 @@ PLANNER_BUGS: frozenset[str] = frozenset(
         "unbounded-retry",
         "ignore-configuration-change",
         "replay-ignores-environment",
+        "start-untouched-while-pending",
     }
 )
 
@@ -208,6 +209,9 @@ def _decide(state: Mapping, current: Mapping, boundary: str | None, bugs: frozen
 
     # P7.1. Pending calls first, lowest index, before any untouched call is started (e).
     pending = [c for c in calls if c.status == "pending"]
+    if "start-untouched-while-pending" in bugs and any(c.status == "untouched" for c in calls):
+        # BUG switch: the rest of the batch is resumed ahead of the call whose outcome the crash made unknown.
+        pending = []
     if pending:
         call = pending[0]
         started = call.started

@@ -15,6 +15,7 @@ Checked at every step, independently of the planner's code:
 * closure: every prefix reached is well-formed;
 * replay safety: a replay only ever re-runs a safe tool recorded in the current environment under the same
   configuration and definition (what P7.1 guarantees; two bug switches break exactly this);
+* pending first: no untouched call of an answer starts while one of its calls is pending (P7.1);
 * termination: idle or blocked within a bound; `blocked` is a fixed point; the final bytes reduce to the same state.
 
 Inputs: every transaction-boundary prefix of every valid corpus fixture (deduplicated by bytes) under several current
@@ -274,6 +275,15 @@ def check_replay_safety(state, plan: dict, current: dict) -> None:
         seen["definitionDigest"], "safe", started["replayKey"]), "replayed a changed tool"
 
 
+def check_pending_first(state, plan: dict) -> None:
+    """No untouched call of the current answer starts while one of its calls is pending (§14.4 P7.1)."""
+    if plan["type"] != "startTool" or plan["mode"] != "start":
+        return
+    pending = [t["toolIndex"] for t in state["operation"]["toolCalls"]
+               if t["status"] == "pending" and t["assistantEntryId"] == plan["assistantEntryId"]]
+    assert not pending, f"call {plan['toolIndex']} started while call(s) {pending} of its answer are pending"
+
+
 # --------------------------------------------------------------------------------------------------------------
 # Choosers: what the model, the tools, crashes and the operator do. Fixed policies or Hypothesis draws.
 # --------------------------------------------------------------------------------------------------------------
@@ -496,6 +506,7 @@ def drive(session: Session, current: dict, chooser, *, bugs=frozenset(), split: 
         key = (op["operationId"], json.dumps(plan, sort_keys=True))
         assert key not in completed, f"completed plan returned again: {plan}"
         check_replay_safety(state, plan, current)
+        check_pending_first(state, plan)
         before = phi(state)
         appended, complete = execute(session, state, plan, current, chooser, split)
         after_state = session.state()
@@ -621,6 +632,8 @@ BUG_CASES = {
     "unbounded-retry": ("attempts-exhausted", FIXTURE_BASE),
     "ignore-configuration-change": ("open-attempt", FIXTURE_CURRENTS["model-changed"]),
     "replay-ignores-environment": ("pending-safe-tool", FIXTURE_CURRENTS["environment-moved"]),
+    # The first 5 lines: call_1 pending, call_2 untouched, before the fixture's abortRequested.
+    "start-untouched-while-pending": ("abort-mixed-tools-requested[:5]", FIXTURE_BASE),
 }
 
 
@@ -633,7 +646,10 @@ def test_every_bug_switch_has_a_case():
 def test_bug_switch_breaks_convergence(corpus, bug):
     """With one planner bug switched on, driving its fixture fails the property; switched off, it converges."""
     name, current = BUG_CASES[bug]
+    name, _, lines = name.partition("[:")  # "fixture[:N]": its first N lines only
     data = (corpus / "fixtures" / f"{name}.jsonl").read_bytes()
+    if lines:
+        data = b"".join(data.splitlines(keepends=True)[: int(lines.rstrip("]"))])
     assert drive(Session(data), current, FixedChooser("plain")) in ("idle", "blocked")
     with pytest.raises((AssertionError, CorruptionError)):
         drive(Session(data), current, FixedChooser("plain"), bugs=frozenset({bug}))

@@ -22,6 +22,7 @@ from tests.integration.test_agent_run import (  # noqa: F401 - fixtures
     script,
     state_of,
     stub,
+    transactions,
 )
 from tests.openai_stub import Reply, completion, tool_call
 
@@ -195,6 +196,29 @@ def test_no_torn_tail_repair(agent, stub, tool_run):
     assert agent.command("resume", bad).status == 5  # the session can no longer be opened
 
 
+@covers("start-untouched-while-pending")
+def test_start_untouched_while_pending(agent, stub, tool_run):
+    """The read pending, the bash untouched: correct replays the read first; the bug starts the bash ahead of it."""
+    def order(path):  # ("start", call id) per toolStarted and ("result", call id) per tool message, in log order
+        out = []
+        for fact in (f for txn in transactions(path) for f in txn):
+            if fact["kind"] == "record" and fact["record"]["type"] == "toolStarted":
+                out.append(("start", fact["record"]["toolCallId"]))
+            elif fact["kind"] == "entry" and fact["entry"].get("message", {}).get("role") == "tool":
+                out.append(("result", fact["entry"]["message"]["tool_call_id"]))
+        return out
+
+    good = cut_after(tool_run, lambda n: n == ("toolStarted",), agent.tmp / "good")
+    bad = cut_after(tool_run, lambda n: n == ("toolStarted",), agent.tmp / "bad")
+    script(stub, [completion("done"), completion("done")])
+    assert agent.command("resume", good).status == 0
+    assert order(good) == [("start", "c1"), ("result", "c1"), ("start", "c2"), ("result", "c2")]
+    # The store accepts the defective order: the session completes, only the order of the facts shows the defect.
+    assert agent.command("resume", bad, env={"AGENT_BUGS": "start-untouched-while-pending"}).status == 0
+    assert order(bad) == [("start", "c1"), ("start", "c2"), ("result", "c2"), ("result", "c1")]
+    assert state_of(bad)["operation"] == {"kind": "idle"}
+
+
 def test_every_switch_has_a_test():
-    """Each of the nine switches listed by `python -m agent bugs` is covered above."""
+    """Each of the ten switches listed by `python -m agent bugs` is covered above."""
     assert COVERED == set(bugs.BUGS)

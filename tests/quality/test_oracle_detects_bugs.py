@@ -68,3 +68,20 @@ def test_replay_never_tools_fails_effects_exactly_where_the_deploy_was_pending(p
         assert effects is not None, (point, [i.name for i in r.failed])
         assert all(f.call == "call_deploy" for f in effects.findings)
         assert any("re-run by launch" in f.message or "happened 2 times" in f.message for f in effects.findings)
+
+
+def test_starting_a_call_while_another_is_pending_fails_log_reduces_in_the_library(tmp_path):
+    """The library case mixed-calls::toolStarted@after-sync#1 (the read pending) fails only log-reduces, naming both
+    calls, when recovery starts the deploy ahead of the pending read, and passes on the correct agent."""
+    mixed = load_scenario(SCENARIOS / "mixed-calls.toml")
+    base = run_baseline(mixed, work_dir=tmp_path / "baseline")
+    assert base.ok, base.result.to_json()
+    schedule = ("toolStarted@after-sync#1",)
+    bad = run_case(mixed, schedule, work_dir=tmp_path, baseline=base,
+                   agent=AgentSpec(bugs=("start-untouched-while-pending",)), keep="none")
+    assert [i.name for i in bad.failed] == ["log-reduces"], [i.to_json() for i in bad.failed]
+    [finding] = bad.failed[0].findings
+    assert finding.call == "call_deploy_staging" and "'call_read_config' (index 0)" in finding.message
+    assert "P7.1" in finding.message
+    good = run_case(mixed, schedule, work_dir=tmp_path, baseline=base, agent=AgentSpec(), keep="none")
+    assert good.ok, [i.to_json() for i in good.failed]

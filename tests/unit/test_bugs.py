@@ -9,12 +9,12 @@ from agent.session import planner
 
 
 class TestNames:
-    def test_nine_switches_of_issue_3(self):
-        """Exactly the nine switches of issue [2/7] exist, each with a one-line description."""
+    def test_ten_known_bug_switches(self):
+        """Exactly the nine switches of issue [2/7] plus start-untouched-while-pending exist, each with one line."""
         assert set(bugs.BUGS) == {
             "stale-assistant-calls", "pre-exec-synthetic-repeat", "replay-never-tools", "effect-before-intent",
             "retry-live-failures", "unbounded-retry", "ignore-configuration-change", "replay-ignores-environment",
-            "no-torn-tail-repair",
+            "no-torn-tail-repair", "start-untouched-while-pending",
         }
         assert all(text and "\n" not in text for text in bugs.BUGS.values())
 

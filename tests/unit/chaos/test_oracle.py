@@ -757,3 +757,43 @@ def test_effects_fail_when_a_read_is_replayed_in_another_environment():
                   kills=[Kill("toolStarted@after-sync#1", 0, log.data[: log.txs[3][3]], barrier=11)])
     found = failing(ev)["effects-at-most-once"]
     assert any("in environment 'elsewhere', but the intent was recorded in 'chaos:unit'" in f for f in found)
+
+
+def two_calls_resumed(order: str) -> Evidence:
+    """A read (index 0) and a bash deploy (index 1) in one answer, killed with the read pending, then resumed:
+    ``replay-first`` replays the read before starting the deploy (P7.1), ``start-first`` starts the deploy first."""
+    log = Log()
+    log.run()
+    log.attempt()
+    log.answer(calls=[("call_r", "read", '{"path":"a"}'), ("call_1", "bash", '{"command":"deploy"}')])
+    read_ts, read_res = log.started("call_r", "read", {"path": "a"})  # transaction 4: the kill lands after it
+    if order == "replay-first":
+        log.result(read_ts, read_res, "call_r", "read", "text")
+        ts, res = log.started(index=1)
+        log.result(ts, res)
+    else:
+        ts, res = log.started(index=1)
+        log.result(ts, res)
+        log.result(read_ts, read_res, "call_r", "read", "text")
+    log.attempt()
+    log.answer("Done.")
+    log.finish()
+    return killed_after(log, 4, "toolStarted@after-sync#1", expect=None, requests=[])
+
+
+def test_log_reduces_fails_when_a_call_starts_while_another_call_of_its_answer_is_pending():
+    """A toolStarted written while another call of the same answer is pending breaks SPEC §14.4 P7.1, named by line,
+    answer and both calls, although the reducer accepts it and every other invariant passes."""
+    ev = two_calls_resumed("start-first")
+    assert ev.final.reduces
+    found = failing(ev)
+    assert set(found) == {"log-reduces"}, found
+    [finding] = found["log-reduces"]
+    assert finding.startswith("final log, line 6, seq 7, call call_1: toolStarted for call 'call_1' (index 1) of the "
+                              "assistant entry at line 4 while call 'call_r' (index 0) of the same answer is pending "
+                              "since line 5 (SPEC §14.4 P7.1"), finding
+
+
+def test_log_reduces_accepts_a_pending_call_resolved_before_the_next_call_starts():
+    """The correct recovery order (replay the pending read, then start the untouched deploy) passes every invariant."""
+    assert failing(two_calls_resumed("replay-first")) == {}

@@ -529,10 +529,10 @@ def stale_same_run_state() -> dict:
 
 class TestBugSwitches:
     def test_names(self):
-        """The planner exports exactly its six known-bug switch names."""
+        """The planner exports exactly its seven known-bug switch names."""
         assert PLANNER_BUGS == {
             "stale-assistant-calls", "pre-exec-synthetic-repeat", "replay-never-tools", "unbounded-retry",
-            "ignore-configuration-change", "replay-ignores-environment"}
+            "ignore-configuration-change", "replay-ignores-environment", "start-untouched-while-pending"}
 
     def test_unknown_switch_is_refused(self):
         """An unknown bug name raises PlannerInputError instead of being silently ignored."""
@@ -591,3 +591,18 @@ class TestBugSwitches:
         assert decide(safe)[1] == BLOCKED["environment_changed"]
         assert decide(safe, bugs=bugs)[0] == "P7.1.3.3"
         assert decide(never, bugs=bugs)[1] == BLOCKED["environment_changed"]
+
+    def test_start_untouched_while_pending(self):
+        """start-untouched-while-pending starts the untouched call while an earlier one is pending, then resolves it."""
+        bugs = frozenset({"start-untouched-while-pending"})
+        calls = [call("c0"), call("c1", "bash", '{"command":"true"}')]
+        state = tool_use_state(calls, tool_calls=[started(0, "c0")])
+        assert decide(state)[0] == "P7.1.3.3"
+        assert decide(state, bugs=bugs) == ("P7.2.4", {
+            "type": "startTool", "mode": "start", "assistantEntryId": ASSISTANT, "toolIndex": 1,
+            "toolName": "bash", "arguments": {"command": "true"}})
+        # Nothing untouched is left: the pending call is handled as P7.1 says (replayed, never skipped).
+        done = tool_use_state(calls, tool_calls=[started(0, "c0"), started(1, "c1", name="bash", status="completed")],
+                              after=[tool_msg("c1")])
+        assert decide(done, bugs=bugs) == decide(done)
+        assert decide(done)[0] == "P7.1.3.3"
