@@ -129,6 +129,8 @@ def _build_parser() -> argparse.ArgumentParser:
         sub = commands.add_parser(name, parents=[config], help=text, epilog=EXIT_CODES, formatter_class=formatter)
         sub.add_argument("file", metavar="FILE")
 
+    commands.add_parser("describe", parents=[config],
+                        help="what this agent offers a harness: tools, summary prompt, CurrentConfiguration (JSON)")
     sub = commands.add_parser("bugs", help="list the known-bug switches of AGENT_BUGS")
     sub.add_argument("--json", action="store_true",
                      help='print [{"name", "layer": "planner"|"executor", "description"}, …] instead')
@@ -287,10 +289,17 @@ def _cmd_execute(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     return loop.execute_command(args, environ)
 
 
+def _cmd_describe(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    from agent import describe
+
+    return describe.main(args, environ)
+
+
 _COMMANDS = {
     "reduce": _cmd_reduce,
     "plan": _cmd_plan,
     "bugs": _cmd_bugs,
+    "describe": _cmd_describe,
     "run": _cmd_execute,
     "resume": _cmd_execute,
     "abort": _cmd_execute,

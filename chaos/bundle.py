@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.errors import ChaosError
+from chaos.files import write_atomic
 
 BUNDLE_FORMAT = "killpoint-bundle/1"
 BUNDLE_FILE = "bundle.json"
@@ -80,26 +81,18 @@ def bundle_dir(report_dir: str | Path, case_id: str) -> Path:
 # Writing a bundle
 
 
-def agent_json(agent: Any) -> dict[str, Any]:
-    """A ``chaos.case.AgentSpec`` (or its dict) as bundle JSON; this interpreter's path becomes ``{python}``."""
-    if not isinstance(agent, Mapping):
-        agent = {"command": list(agent.command), "env": [list(p) for p in agent.env], "bugs": list(agent.bugs),
-                 "bundled": agent.bundled, "name": agent.name}
-    command = list(agent.get("command") or [sys.executable, "-m", "agent"])
-    if command and command[0] == sys.executable:
-        command[0] = PYTHON
-    return {"command": command, "env": [list(p) for p in agent.get("env", [])], "bugs": list(agent.get("bugs", [])),
-            "bundled": bool(agent.get("bundled", True)), "name": str(agent.get("name", "bundled"))}
+def target_json(target: Any) -> dict[str, Any]:
+    """A ``chaos.target.Target`` (or its JSON) as bundle JSON: the whole target, ``{python}`` for this interpreter."""
+    from chaos.target import Target
+
+    return (target if isinstance(target, Target) else Target.from_json(target)).to_json()
 
 
-def agent_spec(value: Mapping[str, Any]):
-    """The ``chaos.case.AgentSpec`` a bundle's ``agent`` entry describes (``{python}`` = this interpreter)."""
-    from chaos.case import AgentSpec
+def target_of(data: Mapping[str, Any]):
+    """The ``chaos.target.Target`` a bundle ran (a round-1 bundle's ``agent`` entry is read the same way)."""
+    from chaos.target import Target
 
-    command = tuple(sys.executable if part == PYTHON else str(part) for part in value.get("command") or ())
-    return AgentSpec(command=command or AgentSpec().command, env=tuple(tuple(p) for p in value.get("env", [])),
-                     bugs=tuple(value.get("bugs", [])), bundled=bool(value.get("bundled", True)),
-                     name=str(value.get("name", "bundled")))
+    return Target.from_json(data.get("target") or data.get("agent"))
 
 
 def _failure_json(failure: Any) -> dict[str, Any]:
@@ -129,7 +122,7 @@ def write_bundle(
     case_id: str,
     schedule: Sequence[str],
     failures: Sequence[Any],
-    agent: Any,
+    target: Any,
     original_case: str | None = None,
     campaign: str | None = None,
     seed: int | None = None,
@@ -140,7 +133,7 @@ def write_bundle(
 
     ``case_dir`` is the directory ``chaos.case`` kept for the case whose ``schedule`` (the minimal one, after
     shrinking) failed with ``failures`` (``chaos.oracle.InvariantResult``s, ``chaos.report.InvariantFailure``s or
-    their dicts). ``agent`` is the ``AgentSpec`` it ran with. ``dest`` is replaced if it exists.
+    their dicts). ``target`` is the ``chaos.target.Target`` it ran. ``dest`` is replaced if it exists.
     """
     from chaos.report.summary import versions as current_versions
 
@@ -166,9 +159,9 @@ def write_bundle(
             files[name] = what
     for i, fault in enumerate(run.get("faults", []), start=1):
         if fault.get("snapshot"):
-            target = f"logs/kill-{i:02d}-{fault.get('action', 'kill')}.jsonl"
-            if _copy(Path(fault["snapshot"]), dest / target):
-                files[target] = f"the session log as the restart found it after fault {i} ({fault.get('fault')})"
+            name = f"logs/kill-{i:02d}-{fault.get('action', 'kill')}.jsonl"
+            if _copy(Path(fault["snapshot"]), dest / name):
+                files[name] = f"the session log as the restart found it after fault {i} ({fault.get('fault')})"
     if run.get("session") and _copy(Path(run["session"]), dest / "logs" / "final.jsonl"):
         files["logs/final.jsonl"] = "the session log at the end of the case"
     launches = []
@@ -186,7 +179,10 @@ def write_bundle(
         shutil.copytree(case_dir / "workspace", dest / "workspace", symlinks=True)
         files["workspace/"] = "the workspace at the end of the case"
 
-    spec = agent_json(agent)
+    spec = target_json(target)
+    from chaos.target import Target
+
+    environment = Target.from_json(spec).environment()
     failures_json = [_failure_json(f) for f in failures]
     if not failures_json:
         raise BundleError(f"{case_id}: a bundle is for a failing case; no failed invariant was given")
@@ -200,10 +196,11 @@ def write_bundle(
         "schedule": list(schedule),
         "invariants": list(dict.fromkeys(f["invariant"] for f in failures_json)),
         "failures": failures_json,
+        "divergence": result.get("divergence"),
         "verdict": result.get("verdict", run.get("verdict")),
         "detail": result.get("detail", run.get("detail")),
-        "agent": spec,
-        "environment": {"AGENT_BUGS": ",".join(spec["bugs"]), **{k: v for k, v in spec["env"]}},
+        "target": spec,
+        "environment": environment,
         "harness_environment": HARNESS_ENV,
         "launches": launches,
         "provenance": {
@@ -230,9 +227,7 @@ def _read_json(path: Path) -> Any:
 
 def equivalent_run_command(data: Mapping[str, Any], scenario_path: str = "scenario.toml") -> str:
     """The ``chaos run`` command that runs the same case (baseline + this schedule)."""
-    words = ["chaos", "run", scenario_path, "--kill", "+".join(data["schedule"])]
-    if data["agent"]["bugs"]:
-        words += ["--agent-bugs", ",".join(data["agent"]["bugs"])]
+    words = ["chaos", "run", scenario_path, "--kill", "+".join(data["schedule"]), *target_of(data).cli_args()]
     return shlex.join(words)
 
 
@@ -243,7 +238,8 @@ def _write_repro_sh(dest: Path, data: Mapping[str, Any]) -> None:
         "# killpoint repro bundle: re-runs exactly this case (crash-free baseline first) and prints the verdict.",
         f"# case:       {data['case']}",
         f"# invariants: {', '.join(data['invariants'])}",
-        f"# AGENT_BUGS: {data['environment']['AGENT_BUGS'] or '(none: the correct agent)'}",
+        f"# target:     {target_of(data).label()}",
+        f"# AGENT_BUGS: {data['environment'].get('AGENT_BUGS') or '(none: the correct agent)'}",
         "# exit 1: the invariant fails again (reproduced); 0: every invariant holds; 3: it fails differently;",
         "# 2: the bundle or the installation is unusable. Extra arguments go to `chaos repro` (--keep, --work DIR).",
         f"# Equivalent, from this folder: {equivalent_run_command(data)}",
@@ -263,16 +259,21 @@ def _write_repro_sh(dest: Path, data: Mapping[str, Any]) -> None:
 def _readme(data: Mapping[str, Any]) -> str:
     from chaos.report.summary import git_of
 
-    bugs = data["environment"]["AGENT_BUGS"]
+    bugs = data["environment"].get("AGENT_BUGS")
+    target = target_of(data)
     prov = data["provenance"]
     git = git_of(prov.get("versions") or {})
     out = [
         f"# Repro bundle: `{data['case']}`",
         "",
         f"Scenario `{data['scenario']['name']}` under the schedule `{'+'.join(data['schedule'])}` "
-        f"(agent `{data['agent']['name']}`, AGENT_BUGS=`{bugs or ''}`) fails:",
+        f"(target `{target.label()}`) fails:",
         "",
     ]
+    divergence = data.get("divergence") or {}
+    if divergence.get("signature"):
+        out += [f"First divergence (kill {divergence.get('kill')}, `{divergence.get('fault')}`): "
+                f"**{divergence['signature']}**", ""]
     for f in data["failures"]:
         out.append(f"- **{f['invariant']}**: {f['message']}")
     out += [
@@ -301,11 +302,16 @@ def _readme(data: Mapping[str, Any]) -> str:
         f"- original case: `{data['original_case']}`",
         f"- created: {prov.get('created')}",
         "",
-        "## Agent command and environment",
+        "## Target, command and environment",
         "",
-        f"- command: `{shlex.join(data['agent']['command'])}` (`{PYTHON}` = the Python running killpoint)",
-        f"- AGENT_BUGS=`{bugs}`",
+        f"- target: `{target.name}` (kind {target.kind}"
+        + (f", from `{target.source}`" if target.source else ", the bundled agent") + ")",
+        f"- command: `{shlex.join(target.portable_command())}` (`{PYTHON}` = the Python running killpoint)",
     ]
+    for name, value in data["environment"].items():
+        out.append(f"- `{name}={value}`")
+    out.append("- the whole target (launch templates, invariants, exit codes): `target` in `bundle.json`")
+    out += ["", "Set by the harness per case:", ""]
     for name, what in data["harness_environment"].items():
         out.append(f"- `{name}`: {what} (set by the harness per case)")
     out += ["", "Launches of the bundled run:", ""]
@@ -342,8 +348,8 @@ class Bundle:
         return list(self.data["invariants"])
 
     @property
-    def agent(self):
-        return agent_spec(self.data["agent"])
+    def target(self):
+        return target_of(self.data)
 
 
 def load_bundle(path: str | Path) -> Bundle:
@@ -366,9 +372,11 @@ def load_bundle(path: str | Path) -> Bundle:
     if not isinstance(data, dict) or data.get("format") != BUNDLE_FORMAT:
         raise BundleError(f"{meta}: not a {BUNDLE_FORMAT} bundle (format {data.get('format')!r})"
                           if isinstance(data, dict) else f"{meta}: not a JSON object")
-    for key in ("case", "schedule", "invariants", "agent", "scenario"):
+    for key in ("case", "schedule", "invariants", "scenario"):
         if key not in data:
             raise BundleError(f"{meta}: missing key {key!r}")
+    if not isinstance(data.get("target", data.get("agent")), dict):
+        raise BundleError(f"{meta}: missing key 'target'")
     scenario_path = folder / data["scenario"].get("file", "scenario.toml")
     try:
         scenario = load_scenario(scenario_path)
@@ -415,13 +423,13 @@ def reproduce(bundle: Bundle, work_dir: str | Path, *, keep: str = "failing") ->
     from chaos.case import run_baseline, run_case
 
     work = Path(work_dir)
-    agent = bundle.agent
-    baseline = run_baseline(bundle.scenario, work_dir=work, agent=agent, keep=keep)
+    target = bundle.target
+    baseline = run_baseline(bundle.scenario, work_dir=work, target=target, keep=keep)
     if not baseline.ok:
         failed = failing_names(baseline.result)
         return Reproduction(DIFFERENT, baseline, None, failed,
                             f"the crash-free baseline no longer passes ({', '.join(failed)}): the case cannot be judged")
-    result = run_case(bundle.scenario, bundle.schedule, work_dir=work, agent=agent, baseline=baseline, keep=keep)
+    result = run_case(bundle.scenario, bundle.schedule, work_dir=work, target=target, baseline=baseline, keep=keep)
     failing = failing_names(result) if result.status != "pass" else []
     recorded = bundle.invariants
     again = [name for name in failing if name in recorded]
@@ -458,7 +466,7 @@ def export_text(bundle: Bundle) -> tuple[str, str]:
     source = bundle.path / bundle.data["scenario"].get("file", "scenario.toml")
     data = tomllib.loads(source.read_text(encoding="utf-8"))
     name = regression_name(bundle)
-    bugs = bundle.data["agent"].get("bugs") or []
+    bugs = list(bundle.target.bugs)
     git = git_of((bundle.data.get("provenance") or {}).get("versions") or {})
     origin = (f"Regression exported by `chaos export` from the failure {bundle.data['original_case']} "
               f"(minimal schedule {'+'.join(bundle.schedule)}; {', '.join(bundle.invariants)} failed"
@@ -501,10 +509,7 @@ def export(bundle: Bundle, directory: str | Path, *, force: bool = False) -> Pat
     target = folder / f"{name}.toml"
     if target.exists() and target.read_text(encoding="utf-8") != text and not force:
         raise BundleError(f"{target}: exists with other content (use --force to replace it)")
-    tmp = folder / f".{name}.toml.tmp"
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, target)
-    return target
+    return write_atomic(target, text)
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -43,17 +43,21 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from chaos.cache import BaselineCache
 from chaos.errors import ChaosError
+from chaos.files import write_json
+from chaos.report import CaseReport
+from chaos.report.summary import deduplicate
 from chaos.journal import JOURNAL, Journal, JournalError, read_campaign, read_journal, write_campaign
 from chaos.schedules import CaseSpec, Recovery, ScenarioPoints, Transaction, parse_shard, shard
 from chaos.schedules.depth2 import Depth2
 from chaos.schedules.exhaustive import Exhaustive
 from chaos.schedules.random import Random
 from chaos.schedules.torn import Torn
+from chaos.target import Target
 from chaos.workers import ERROR, FAIL, FLAKY, NOT_REACHED, PASS, WorkerConfig, WorkerPool
 
 RESULT = "result.json"
-CACHE_FORMAT = 1  # bump when what a cache file holds (or how it is computed) changes
 REGRESSION_TAG = "regression"
 REPO = Path(__file__).resolve().parent.parent
 # Fault actions a campaign can enumerate (`--faults`); `all` is every one of them.
@@ -101,8 +105,8 @@ class CampaignOptions:
     workers: int = 0  # 0: os.cpu_count()
     shard: str | None = None  # "K/N"
     fail_fast: bool = False
-    # chaos.case.AgentSpec fields (+ "config": the --agent file); default: the bundled agent
-    agent: dict[str, Any] = field(default_factory=lambda: bundled_agent())
+    # The system under test, as chaos.target.Target.to_json(); default: the bundled agent
+    target: dict[str, Any] = field(default_factory=lambda: Target().to_json())
     name: str = ""
     out: str = "reports"
     cache: str | None = None  # default: <out>/.cache
@@ -111,13 +115,21 @@ class CampaignOptions:
     shrink_calls: int = 30
     case_seconds: float = 120.0
     silence_seconds: float = 30.0
+    corpus: str | None = None  # `chaos corpus build`: record every kill prefix under this directory (chaos.corpus)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_json(cls, value: Mapping[str, Any]) -> CampaignOptions:
+        value = dict(value)
+        if "agent" in value and "target" not in value:  # a round-1 campaign.json
+            value["target"] = Target.from_json(value.pop("agent")).to_json()
         return cls(**{k: v for k, v in value.items() if k in cls.__dataclass_fields__})
+
+    @property
+    def the_target(self) -> Target:
+        return Target.from_json(self.target)
 
     def check(self) -> None:
         """Raise ``CampaignError`` listing every inconsistent option."""
@@ -177,73 +189,6 @@ def bundled_scenarios() -> Path:
 
 
 # --------------------------------------------------------------------------------------------------------------
-# The agent under test
-
-
-def bundled_agent(bugs: Sequence[str] = ()) -> dict[str, Any]:
-    """The bundled agent, launched with this interpreter (``sys.executable``, never a PATH shim)."""
-    return {"command": [sys.executable, "-m", "agent"], "env": [], "bugs": list(bugs), "bundled": True,
-            "name": "bundled"}
-
-
-def agent_from_config(path: str | Path, bugs: Sequence[str] = ()) -> dict[str, Any]:
-    """Read ``--agent CONFIG.toml``: how to launch another implementation of the checkpoint protocol.
-
-    Keys: ``name``; ``command`` (argv prefix; the harness appends issue 3's verbs and flags: ``run --session-dir
-    DIR --workspace DIR … PROMPT``, ``resume SESSION …``, ``abort SESSION …``, ``compact SESSION …``); ``env``
-    (table); ``protocol`` (must be 1); ``configuration_flags`` (true when it accepts the bundled agent's
-    configuration flags, so the harness can compute each launch's CurrentConfiguration; default false). The session
-    location is whatever the agent announces in its ``hello``.
-    """
-    path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise CampaignError(f"{path}:1: agent: cannot read: {exc.strerror or exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise CampaignError(f"{path}: agent: {exc}") from None
-    problems = []
-    command = data.get("command")
-    if not isinstance(command, list) or not command or not all(isinstance(a, str) and a for a in command):
-        problems.append(f"{path}: command: a non-empty list of strings (argv prefix) is required")
-    env = data.get("env", {})
-    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
-        problems.append(f"{path}: env: must be a table of strings")
-    if data.get("protocol", 1) != 1:
-        problems.append(f"{path}: protocol: this harness speaks checkpoint protocol 1, not {data.get('protocol')!r}")
-    unknown = set(data) - {"name", "command", "env", "protocol", "configuration_flags"}
-    if unknown:
-        problems.append(f"{path}: unknown key(s) {', '.join(sorted(unknown))} (expected name, command, env, "
-                        "protocol, configuration_flags)")
-    if problems:
-        raise CampaignError(problems)
-    # Relative paths in the command are relative to the config file, so a config works from any directory.
-    base = path.resolve().parent
-    argv = [str((base / a).resolve()) if a.startswith(("./", "../")) else a for a in command]
-    return {"command": argv, "env": sorted(env.items()), "bugs": list(bugs),
-            "bundled": bool(data.get("configuration_flags", False)), "name": str(data.get("name", path.stem)),
-            "config": str(path)}
-
-
-def _agent_source_digest() -> str:
-    h = hashlib.sha256()
-    root = REPO / "agent"
-    for p in sorted(root.rglob("*.py")):
-        h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes())
-    return h.hexdigest()
-
-
-def agent_key(agent: Mapping[str, Any], *, with_bugs: bool = False) -> str:
-    """A short digest naming the agent in cache keys (its command and env; its source when bundled)."""
-    ident = {"command": agent["command"], "env": agent.get("env", []), "bundled": agent.get("bundled", True)}
-    if agent.get("name") == "bundled":
-        ident["source"] = _agent_source_digest()
-    if with_bugs:
-        ident["bugs"] = sorted(agent.get("bugs", []))
-    return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
-
-
-# --------------------------------------------------------------------------------------------------------------
 # Library and kill-point cache
 
 
@@ -279,27 +224,6 @@ def load_library(paths: Sequence[str], tags: Sequence[str] = ()) -> list[Entry]:
     if not entries:
         raise CampaignError(f"no scenario matches tags {', '.join(tags)}" if tags else "no scenario files found")
     return entries
-
-
-def publish_json(path: Path, value: Any) -> Any:
-    """Write ``value`` as JSON at ``path`` unless another process already did; return what is there.
-
-    First writer wins (``os.link`` fails on an existing name), so concurrent shards or xdist workers that computed
-    the list at the same time all end up using one and the same list.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(value, f, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    try:
-        os.link(tmp, path)
-    except FileExistsError:
-        pass
-    finally:
-        tmp.unlink(missing_ok=True)
-    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def _load_json(path: Path) -> Any | None:
@@ -359,8 +283,7 @@ class Reporter:
         if record["status"] == FAIL:
             self.failures += 1
         if record["status"] not in (PASS, NOT_REACHED):
-            invariants = ", ".join(dict.fromkeys(f["invariant"] for f in record.get("failures", [])))
-            self.write(f"{record['status'].upper():5} {record['id']}  {invariants}".rstrip())
+            self.write(failure_line(record))
         now = time.monotonic()
         if self.done % self._step == 0 or now - self._last > 10 or self.done == self.total:
             self._last = now
@@ -403,13 +326,23 @@ class RichReporter(Reporter):
         if record["status"] == FAIL:
             self.failures += 1
         if record["status"] not in (PASS, NOT_REACHED):
-            invariants = ", ".join(dict.fromkeys(f["invariant"] for f in record.get("failures", [])))
-            self.progress.console.print(f"[red]{record['status'].upper()}[/] {record['id']}  {invariants}")
+            self.progress.console.print(failure_line(record), markup=False, highlight=False)
         self.progress.update(self.task, completed=self.done, failures=self.failures, rate=f"{self.rate():.2f}")
 
     def stop(self) -> None:
         if self.progress is not None:
             self.progress.stop()
+
+
+def failure_line(record: Mapping[str, Any]) -> str:
+    """``FAIL  <case id>  <invariants>`` and, when the implementation's recovery decision diverged from the
+    reference planner's, that divergence (the defect class, on the first line an engineer reads)."""
+    invariants = ", ".join(dict.fromkeys(f["invariant"] for f in record.get("failures", [])))
+    line = f"{record['status'].upper():5} {record['id']}  {invariants}".rstrip()
+    divergence = record.get("divergence") or {}
+    if divergence.get("signature"):
+        line += f"  [{divergence['signature']}]"
+    return line
 
 
 def _hms(seconds: float) -> str:
@@ -455,10 +388,10 @@ class Campaign:
         self.resume = resume
         self.cache = Path(options.cache or Path(options.out) / ".cache").resolve()
         self.entries: list[Entry] = []
+        self.target = options.the_target
         # Computed once: the bundled agent's source may change while a long campaign runs (a developer editing
         # it); every cache name of this campaign must still be the same one.
-        self.agent_key = agent_key(options.agent)
-        self.agent_key_bugs = agent_key(options.agent, with_bugs=True)
+        self.baselines = BaselineCache(self.cache, self.target)
         self.recoveries: dict[str, dict[str, Any]] = {}
         self.t0 = time.monotonic()
         self.previous = 0.0  # time spent by earlier sessions of a resumed campaign
@@ -470,20 +403,20 @@ class Campaign:
         o = self.options
         keys = {e.name: self._cache_stem(e) for e in self.entries}
         return WorkerConfig(
-            scenarios={e.name: str(e.path) for e in self.entries}, agent=o.agent, cache=str(self.cache),
+            scenarios={e.name: str(e.path) for e in self.entries}, target=self.target, cache=str(self.cache),
             cache_keys=keys, work=str(self.dir / "cases"),
             limits={"case_seconds": o.case_seconds, "silence_seconds": o.silence_seconds},
-            shrink=o.shrink, shrink_calls=o.shrink_calls, keep=o.keep,
+            shrink=o.shrink, shrink_calls=o.shrink_calls, keep=o.keep, corpus=o.corpus,
         )
 
     def _cache_stem(self, entry: Entry) -> str:
-        return f"{entry.name}-{entry.digest}-{self.agent_key}-v{CACHE_FORMAT}"
+        return self.baselines.stem(entry.name, entry.digest)
 
     def discover(self, pool: WorkerPool) -> None:
         """Kill points of every scenario (cached), then (depth 2) each first kill's recovery (cached)."""
         todo = {}
         for e in self.entries:
-            cached = _load_json(self.cache / f"{self._cache_stem(e)}.json")
+            cached = self.baselines.load(self._cache_stem(e))
             if cached is not None:
                 self._adopt(e, cached)
             else:
@@ -498,7 +431,7 @@ class Campaign:
             if not payload.get("ok"):
                 self._adopt(e, payload)  # never cached: a fixed scenario or agent must not inherit the failure
                 continue
-            self._adopt(e, publish_json(self.cache / f"{self._cache_stem(e)}.json", payload))
+            self._adopt(e, self.baselines.publish(self._cache_stem(e), payload))
         for e in self.entries:
             if not e.ok:
                 for problem in e.baseline.get("problems", []):
@@ -515,13 +448,11 @@ class Campaign:
     def _discover_recoveries(self, pool: WorkerPool) -> None:
         first_policy = Exhaustive(("kill",), pinned=False)
         jobs: dict[int, tuple[Entry, str]] = {}
-        akey = self.agent_key_bugs
         o = self.options
         for e in self.entries:
             if not e.ok or o.pinned_only or (o.regressions_pinned and REGRESSION_TAG in e.points.tags):
                 continue  # its schedules are pinned: no second level to discover
-            path = self.cache / f"{e.name}-{e.digest}-{akey}-v{CACHE_FORMAT}.recoveries.json"
-            cached = _load_json(path)
+            cached = self.baselines.load(self.baselines.recoveries_stem(e.name, e.digest))
             if cached is not None:
                 self.recoveries[e.name] = cached
                 continue
@@ -537,8 +468,8 @@ class Campaign:
                 found.setdefault(e.name, {})[first] = payload["recovery"]
         for e in self.entries:
             if e.name in found:
-                path = self.cache / f"{e.name}-{e.digest}-{akey}-v{CACHE_FORMAT}.recoveries.json"
-                self.recoveries[e.name] = publish_json(path, found[e.name])
+                stem = self.baselines.recoveries_stem(e.name, e.digest)
+                self.recoveries[e.name] = self.baselines.publish(stem, found[e.name])
         for e in self.entries:
             if e.ok and e.name in self.recoveries:
                 rec = {k: Recovery.from_json(v) for k, v in self.recoveries[e.name].items()}
@@ -642,7 +573,7 @@ class Campaign:
             pool.close()
         result = build_result(read_campaign(self.dir), read_journal(self.dir / JOURNAL), duration=self._elapsed(),
                               interrupted=self.interrupted)
-        _write_json(self.dir / RESULT, result.to_json())
+        write_json(self.dir / RESULT, result.to_json())
         return result
 
     def _elapsed(self) -> float:
@@ -755,12 +686,6 @@ def _error_record(job: tuple, status: str, payload: Any) -> dict[str, Any]:
             "keys": [], "minimal": None, "case_dir": None, "run": None, "tags": []}
 
 
-def _write_json(path: Path, value: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def default_name() -> str:
     return "campaign-" + _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
 
@@ -814,7 +739,7 @@ class CampaignResult:
     seed: int | None
     shard: str | None
     command: list[str]
-    agent: dict[str, Any]
+    target: dict[str, Any]
     started: str
     duration: float
     complete: bool
@@ -857,24 +782,13 @@ def build_result(params: Mapping[str, Any], records: Mapping[str, Mapping[str, A
              **{s: counts.get(s, 0) for s in (PASS, FAIL, FLAKY, NOT_REACHED, ERROR)}}
     cases["not_run"] = max(0, cases["planned"] - len(recs)) if planned is not None else 0
     by_invariant: Counter = Counter()
-    groups: dict[tuple[str, ...], dict[str, Any]] = {}
+    failed = []
     for r in recs:
         if r["status"] != FAIL:
             continue
         for inv in dict.fromkeys(f["invariant"] for f in r.get("failures", [])):
             by_invariant[inv] += 1
-        for key in r.get("keys") or []:
-            g = groups.setdefault(tuple(key), {
-                "invariant": key[0], "action": key[1], "fact": key[2], "count": 0, "cases": [],
-                "minimal": r.get("minimal") or r.get("schedule"), "example": r["id"],
-                "message": next((f["message"] for f in r["failures"] if f["invariant"] == key[0]), ""),
-            })
-            g["count"] += 1
-            g["cases"].append(r["id"])
-            # Keep the shortest minimal schedule seen for the group: the best reproduction.
-            mine = r.get("minimal") or r.get("schedule")
-            if mine and len(mine) < len(g["minimal"] or []):
-                g["minimal"], g["example"] = mine, r["id"]
+        failed.append(CaseReport.from_json(dict(r)))
     flaky = [{"id": r["id"], "invariants": list(dict.fromkeys(f["invariant"] for f in r.get("failures", []))),
               "rerun": r.get("rerun")} for r in recs if r["status"] == FLAKY]
     errors = [{"id": r["id"], "detail": r.get("detail", "")} for r in recs if r["status"] == ERROR]
@@ -886,7 +800,7 @@ def build_result(params: Mapping[str, Any], records: Mapping[str, Mapping[str, A
         seed=options.seed,
         shard=options.shard,
         command=list(params.get("command", [])),
-        agent={k: options.agent.get(k) for k in ("name", "bugs", "command", "config") if k in options.agent},
+        target=dict(options.target),
         started=str(params.get("started", "")),
         duration=round(duration, 3),
         complete=not interrupted and cases["not_run"] == 0 and planned is not None,
@@ -896,7 +810,7 @@ def build_result(params: Mapping[str, Any], records: Mapping[str, Mapping[str, A
         restarts=sum(int(r.get("restarts", 0)) for r in recs),
         cases_per_second=round(len(recs) / duration, 3),
         failures_by_invariant=dict(by_invariant.most_common()),
-        failures=sorted(groups.values(), key=lambda g: (-g["count"], g["invariant"], g["action"], g["fact"])),
+        failures=deduplicate(failed),
         flaky=flaky,
         errors=errors,
         coverage=coverage(plan, recs),
@@ -980,8 +894,9 @@ def summary_lines(result: CampaignResult, directory: Path | None = None) -> list
         if not b.get("ok"):
             lines.append(f"  BASELINE {name}: " + "; ".join(b.get("problems") or ["failed"]))
     for g in result.failures:
-        lines.append(f"  FAIL {g['invariant']} ({g['action']} at {g['fact']}) ×{g['count']}: "
-                     f"minimal {'+'.join(g['minimal'] or [])}  e.g. {g['example']}")
+        what = (f"{g['divergence']} ({g['invariant']})" if g.get("divergence")
+                else f"{g['invariant']} ({g['action']} at {g['fact']})")
+        lines.append(f"  FAIL {what} ×{g['count']}: minimal {'+'.join(g['minimal'] or [])}  e.g. {g['example']}")
     for f in result.flaky:
         lines.append(f"  FLAKY {f['id']} ({', '.join(f['invariants'])} did not reproduce on re-run)")
     for e in result.errors:
@@ -1057,5 +972,5 @@ def write_merged(dirs: Sequence[str | Path], out: str | Path) -> CampaignResult:
     with Journal(out / JOURNAL) as journal:
         for record in result.records:
             journal.append(record)
-    _write_json(out / RESULT, result.to_json())
+    write_json(out / RESULT, result.to_json())
     return result

@@ -35,7 +35,7 @@ import os
 import re
 import shutil
 import signal
-import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -45,10 +45,12 @@ from pathlib import Path
 
 from chaos import oracle, records
 from chaos.faults import FACT_NAMES, case_id, parse_schedule
+from chaos.divergence import first_divergence
 from chaos.fakellm import ScriptedServer
 from chaos.process import AgentProcess, Launcher, SubprocessLauncher, kill_processes, session_members
 from chaos.records import CaseRun
 from chaos.supervisor import SESSION, AgentCommand, Limits, Step, Supervisor, SupervisorError
+from chaos.target import Target, TargetError, describe
 
 RESTART = "{restart}"  # argv token: the scenario's restart flags after the first kill, nothing before
 PASS = "pass"
@@ -104,47 +106,36 @@ class Settings:
         )
 
 
-@dataclass(frozen=True)
-class AgentSpec:
-    """How to launch the agent under test.
+def current_configuration(target: Target, settings: Settings, env: Mapping[str, str]) -> dict | None:
+    """The CurrentConfiguration (SPEC §8.7, plus ``snapshot``) a launch of ``target`` with ``settings`` runs with.
 
-    ``command`` is the argv prefix before the subcommand (default: the bundled agent with this interpreter). A
-    *bundled-shaped* agent (``bundled=True``) takes issue 3's subcommands and flags, and the harness can compute the
-    CurrentConfiguration each launch runs with (``agent.config``), which the oracle uses to check writer obligations
-    and blocked reasons; another implementation (a later ``--agent CONFIG.toml``) sets ``bundled=False`` and those
-    checks say they were skipped. ``bugs`` goes to ``AGENT_BUGS``.
+    Asked from the target (``describe``), never computed by importing it; None when the target does not say (the
+    oracle then reports the checks that need it as skipped) or refuses the flags (the agent will refuse them too:
+    the case reports that). The environment identity is left out of the question and filled in by SPEC §8.5 (the
+    flag, else ``AGENT_ENVIRONMENT_IDENTITY`` stripped of ASCII whitespace): it is outside the configuration digest
+    (§8.2), so one answer serves every scenario with the same flags (one question per worker, not per case).
     """
+    flags = Settings(model=settings.model, tools=settings.tools, replay=settings.replay,
+                     request_timeout=settings.request_timeout, max_steps=settings.max_steps).argv()
+    identity = settings.environment_identity or (env.get("AGENT_ENVIRONMENT_IDENTITY") or "").strip(" \t\n\r\f\v")
+    try:
+        info = describe(target, flags, environ={"AGENT_ENVIRONMENT_IDENTITY": "chaos:describe"},
+                        workspace=tempfile.gettempdir())
+    except TargetError:
+        return None
+    if info is None or not isinstance(info.current, Mapping) or not identity:
+        return None
+    return {**info.current, "environmentIdentity": identity}
 
-    command: tuple[str, ...] = (sys.executable, "-m", "agent")
-    env: tuple[tuple[str, str], ...] = ()
-    bugs: tuple[str, ...] = ()
-    bundled: bool = True
-    name: str = "bundled"
 
-    def environment(self) -> dict[str, str]:
-        env = dict(self.env)
-        if self.bugs:
-            env["AGENT_BUGS"] = ",".join(self.bugs)
-        return env
-
-    def without_bugs(self) -> AgentSpec:
-        return AgentSpec(self.command, self.env, (), self.bundled, self.name)
-
-    def current_configuration(self, workspace: Path, settings: Settings, environ: Mapping[str, str]) -> dict | None:
-        """The CurrentConfiguration (SPEC §8.7, plus ``snapshot``) a launch with ``settings`` runs with, or None."""
-        if not self.bundled:
-            return None
-        from agent.config import ConfigError, current_configuration, load_config
-
-        try:
-            config = load_config(workspace=workspace, model=settings.model, tools=list(settings.tools)
-                                 if settings.tools is not None else None, replay=settings.replay,
-                                 environment_identity=settings.environment_identity,
-                                 request_timeout=settings.request_timeout, max_steps=settings.max_steps,
-                                 base_url="http://127.0.0.1:1/v1", environ=environ)
-        except ConfigError:
-            return None  # the agent will refuse the same flags (exit 2): the case reports that
-        return current_configuration(config)
+def summary_prompt(target: Target) -> str | None:
+    """The system prompt by which ``target`` asks for a compaction summary (the scripted server recognises it)."""
+    try:
+        info = describe(target, (), environ={"AGENT_ENVIRONMENT_IDENTITY": "chaos:describe"},
+                        workspace=tempfile.gettempdir())
+    except TargetError:
+        return None
+    return info.summary_prompt if info is not None else None
 
 
 class RestartLauncher:
@@ -236,6 +227,10 @@ class CaseResult:
     kills: int = 0
     requests: int = 0
     bugs: list[str] = field(default_factory=list)
+    target: str = "bundled"  # chaos.target.Target.label() of what ran
+    # chaos.divergence.Divergence.to_json() of a failing case of a contract target whose implementation's recovery
+    # plan differed from the reference planner's at some kill (None: none, or not asked)
+    divergence: dict | None = None
 
     @property
     def ok(self) -> bool:
@@ -316,34 +311,33 @@ def _settings(scenario) -> tuple[Settings, Settings]:
     return first, changes
 
 
-def build_command(scenario, agent: AgentSpec, *, session_dir: Path, workspace: Path, base_url: str,
+def build_command(scenario, target: Target, *, session_dir: Path, workspace: Path, base_url: str,
                   env: Mapping[str, str]) -> AgentCommand:
-    """The supervisor's command for a scenario: one step per run/compaction, resume and (optionally) abort."""
+    """The supervisor's command for a scenario: one step per run/compaction, resume and (optionally) abort, from the
+    target's argv templates (``{session}``/``{restart}`` stay for the supervisor and the restart launcher)."""
     first, _ = _settings(scenario)
     flags = first.argv() + ["--base-url", base_url]
-    cmd = list(agent.command)
+    where = {"session_dir": str(session_dir), "workspace": str(workspace)}
     steps: list[Step] = []
     for kind, index in scenario.operations():
         if kind == "run":
             prompt = scenario.runs[index].prompt
-            again = tuple(cmd + ["run", "--session", SESSION, *flags, RESTART, prompt])
-            if not steps:
-                argv = tuple(cmd + ["run", "--session-dir", str(session_dir), "--workspace", str(workspace), *flags,
-                                    prompt])
-            else:
-                argv = again
+            again = target.argv("run_again", flags=flags, prompt=prompt, **where)
+            argv = target.argv("run", flags=flags, prompt=prompt, **where) if not steps else again
             # A run whose every write was destroyed by a fault is issued again, as its user would (supervisor).
             steps.append(Step(argv, again))
         else:
-            argv = tuple(cmd + ["compact", SESSION, *flags, RESTART])
+            argv = target.argv("compact", flags=flags, **where)
             steps.append(Step(argv, argv))
-    resume = tuple(cmd + ["resume", SESSION, *flags, RESTART])
-    abort = tuple(cmd + ["abort", SESSION, *flags, RESTART]) if scenario.restart.then == "abort" else None
-    return AgentCommand(steps=tuple(steps), resume=resume, abort=abort, env=dict(env))
+    resume = target.argv("resume", flags=flags, **where)
+    abort = target.argv("abort", flags=flags, **where) if scenario.restart.then == "abort" else None
+    return AgentCommand(steps=tuple(steps), resume=resume, abort=abort, env=dict(env),
+                        settled_exits=frozenset(target.settled_exits), blocked_exit=target.blocked_exit,
+                        locked_exit=target.locked_exit)
 
 
-def _environment(scenario, agent: AgentSpec, witness: Path, base_url: str) -> dict[str, str]:
-    env = agent.environment()
+def _environment(scenario, target: Target, witness: Path, base_url: str) -> dict[str, str]:
+    env = target.environment()
     env.update({
         "CHAOS_WITNESS": str(witness),
         "OPENAI_BASE_URL": base_url,
@@ -353,12 +347,10 @@ def _environment(scenario, agent: AgentSpec, witness: Path, base_url: str) -> di
         # a move indistinguishable from a scenario's deliberate environment change.
         "AGENT_ENVIRONMENT_IDENTITY": f"chaos:{scenario.name}",
     })
-    if not agent.bugs:
-        env["AGENT_BUGS"] = ""  # never inherit the harness's own AGENT_BUGS into a case that asked for none
     return env
 
 
-def run_case(scenario, schedule: Sequence[str] | str = (), *, work_dir: Path | str, agent: AgentSpec = AgentSpec(),
+def run_case(scenario, schedule: Sequence[str] | str = (), *, work_dir: Path | str, target: Target = Target(),
              baseline: Baseline | oracle.BaselineFacts | None = None, server: ScriptedServer | None = None,
              limits: Limits | None = None, probes: int = 2, keep: str = "failing", name: str | None = None,
              ) -> CaseResult:
@@ -369,15 +361,15 @@ def run_case(scenario, schedule: Sequence[str] | str = (), *, work_dir: Path | s
     enables the differential and exactly-once checks. Never raises for agent misbehaviour; raises ``ChaosError``
     only when the harness itself cannot run (bad schedule text, socket).
     """
-    result, _, _ = execute_case(scenario, schedule, work_dir=Path(work_dir), agent=agent, baseline=baseline,
+    result, _, _ = execute_case(scenario, schedule, work_dir=Path(work_dir), target=target, baseline=baseline,
                                 server=server, limits=limits, probes=probes, keep=keep, name=name)
     return result
 
 
-def run_baseline(scenario, *, work_dir: Path | str, agent: AgentSpec = AgentSpec(), server: ScriptedServer | None = None,
+def run_baseline(scenario, *, work_dir: Path | str, target: Target = Target(), server: ScriptedServer | None = None,
                  limits: Limits | None = None, keep: str = "failing") -> Baseline:
-    """The crash-free run with the correct agent (``agent`` without its bugs), judged by every invariant."""
-    result, evidence, run = execute_case(scenario, (), work_dir=Path(work_dir), agent=agent.without_bugs(),
+    """The crash-free run with the correct agent (``target`` without its bugs), judged by every invariant."""
+    result, evidence, run = execute_case(scenario, (), work_dir=Path(work_dir), target=target.correct(),
                                          baseline=None, server=server, limits=limits, probes=2, keep=keep, name=None)
     facts = (oracle.baseline_facts(evidence, result.invariants) if evidence is not None
              else oracle.BaselineFacts([], {}, {}, False))
@@ -385,7 +377,7 @@ def run_baseline(scenario, *, work_dir: Path | str, agent: AgentSpec = AgentSpec
     return Baseline(result, facts, killpoints(run))
 
 
-def execute_case(scenario, schedule, *, work_dir: Path, agent: AgentSpec, baseline, server, limits, probes: int,
+def execute_case(scenario, schedule, *, work_dir: Path, target: Target, baseline, server, limits, probes: int,
                  keep: str, name: str | None) -> tuple[CaseResult, oracle.Evidence | None, CaseRun]:
     """``run_case`` with everything it saw: (result, the oracle's evidence or None when not judged, the CaseRun)."""
     t0 = time.monotonic()
@@ -405,9 +397,9 @@ def execute_case(scenario, schedule, *, work_dir: Path, agent: AgentSpec, baseli
 
     srv = server or shared_server()
     key = f"{case_slug(cid)}-{uuid.uuid4().hex[:12]}"
-    base_url = srv.add_case(key, scenario, log_path=case_dir / "requests.jsonl")
-    env = _environment(scenario, agent, witness, base_url)
-    command = build_command(scenario, agent, session_dir=sessions, workspace=workspace, base_url=base_url, env=env)
+    base_url = srv.add_case(key, scenario, log_path=case_dir / "requests.jsonl", summary_prompt=summary_prompt(target))
+    env = _environment(scenario, target, witness, base_url)
+    command = build_command(scenario, target, session_dir=sessions, workspace=workspace, base_url=base_url, env=env)
     first, changes = _settings(scenario)
     launcher = RestartLauncher(SubprocessLauncher(), changes.argv())
     limits = limits or Limits()
@@ -424,19 +416,24 @@ def execute_case(scenario, schedule, *, work_dir: Path, agent: AgentSpec, baseli
 
     result = CaseResult(cid, scenario.name, [str(f) for f in run.schedule], "", run.verdict, run.detail,
                         launches=len(run.launches), kills=len(run.kills), requests=len(requests),
-                        bugs=list(agent.bugs))
+                        bugs=list(target.bugs), target=target.label())
     evidence = None
     if run.verdict in _NO_ORACLE:
         result.status = run.verdict
     else:
         environ = {**os.environ, **env}
-        currents = (agent.current_configuration(workspace, first, environ),
-                    agent.current_configuration(workspace, first.then(changes), environ))
+        currents = (current_configuration(target, first, environ),
+                    current_configuration(target, first.then(changes), environ))
         evidence = collect_evidence(cid, scenario, run, launcher, currents, requests, witness, workspace,
                                     probe_results, baseline)
-        result.invariants = oracle.check(evidence)
+        # Only the invariants the target declares apply (a target that cannot meet one says so in its file).
+        result.invariants = [r for r in oracle.check(evidence) if r.name in target.invariants]
         settled = run.verdict.startswith("exit:") and int(run.verdict[5:]) in command.settled_exits
         result.status = PASS if settled and all(r.ok for r in result.invariants) else FAIL
+        if result.status == FAIL and target.kind == "contract":
+            # The engineer's first question: which recovery decision went wrong (failing cases only: a few).
+            found = first_divergence(target, evidence)
+            result.divergence = found.to_json() if found is not None else None
     result.duration = round(time.monotonic() - t0, 3)
     kept = keep == "all" or (keep == "failing" and not result.ok)
     if kept:
@@ -450,9 +447,6 @@ def execute_case(scenario, schedule, *, work_dir: Path, agent: AgentSpec, baseli
     else:
         shutil.rmtree(case_dir, ignore_errors=True)
     return result, evidence, run
-
-
-_execute = execute_case  # the name chaos.workers imported first
 
 
 def _fresh_dir(parent: Path, name: str) -> Path:

@@ -8,8 +8,8 @@ results gets the next scripted turn:
 
 - the **run** is the scenario run whose prompt equals the latest ``user`` message (prompts are distinct);
 - the **turn** is the number of ``assistant`` messages after that user message (0-based index into the run's turns);
-- a **compaction summary** request is recognised by its system prompt (``agent.provider.SUMMARY_SYSTEM_PROMPT``) and
-  answered with the summary of the compaction that follows the latest run whose prompt the request mentions.
+- a **compaction summary** request is recognised by its system prompt (the target's, from its ``describe`` answer:
+  ``chaos.target.describe``; without one no request is taken for a summary) and answered with the summary of the compaction that follows the latest run whose prompt the request mentions.
 
 Only provider *faults* depend on history: a fault hits the first request for its position, unless ``repeat``.
 
@@ -42,7 +42,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote, urlsplit
 
-from agent.provider import SUMMARY_SYSTEM_PROMPT
 from chaos.errors import ScriptedServerError
 
 if TYPE_CHECKING:  # pydantic stays out of this module's import: the scenario object is handed in ready-made
@@ -144,8 +143,9 @@ def _reject(kind: str, message: str, run: int | None = None, turn: int | str | N
 class Script:
     """A scenario compiled for answering: prompt → run index, and the pure ``decide(body)``."""
 
-    def __init__(self, scenario: Scenario) -> None:
+    def __init__(self, scenario: Scenario, summary_prompt: str | None = None) -> None:
         self.scenario = scenario
+        self.summary_prompt = summary_prompt
         self.prompts = {run.prompt: index for index, run in enumerate(scenario.runs)}
         self.faults: dict[tuple[int, int | str], ProviderFault] = scenario.fault_map()
 
@@ -160,8 +160,9 @@ class Script:
         if problem:
             return _reject("illegal", f"illegal transcript: {problem}")
         model = body.get("model") if isinstance(body.get("model"), str) else self.scenario.agent.model
-        if any(m.get("role") in ("system", "developer") and _text(m.get("content")) == SUMMARY_SYSTEM_PROMPT
-               for m in messages):
+        if self.summary_prompt is not None and any(
+                m.get("role") in ("system", "developer") and _text(m.get("content")) == self.summary_prompt
+                for m in messages):
             return self._summary(messages, model)
         users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
         if not users:
@@ -262,9 +263,9 @@ class RecordedRequest:
 class _Route:
     """One case's script, fault counters and request log."""
 
-    def __init__(self, key: str, scenario: Scenario, log_path: Path | None) -> None:
+    def __init__(self, key: str, scenario: Scenario, log_path: Path | None, summary_prompt: str | None) -> None:
         self.key = key
-        self.script = Script(scenario)
+        self.script = Script(scenario, summary_prompt)
         self.log_path = log_path
         self.lock = threading.Lock()
         self.counts: dict[tuple[int, int | str], int] = {}
@@ -409,12 +410,16 @@ class ScriptedServer:
         return self._httpd.server_address[1]
 
     # -- cases
-    def add_case(self, key: str, scenario: Scenario, *, log_path: str | Path | None = None) -> str:
-        """Serve ``scenario`` under ``key``; requests are also appended to ``log_path`` (JSONL). Returns the base URL."""
+    def add_case(self, key: str, scenario: Scenario, *, log_path: str | Path | None = None,
+                 summary_prompt: str | None = None) -> str:
+        """Serve ``scenario`` under ``key``; requests are also appended to ``log_path`` (JSONL). Returns the base URL.
+
+        ``summary_prompt``: the system prompt by which the target under test asks for a compaction summary."""
         with self._lock:
             if key in self._routes:
                 raise ScriptedServerError(f"case {key!r} is already served")
-            self._routes[key] = _Route(key, scenario, Path(log_path) if log_path is not None else None)
+            self._routes[key] = _Route(key, scenario, Path(log_path) if log_path is not None else None,
+                                       summary_prompt)
         return self.base_url(key)
 
     def remove_case(self, key: str) -> list[RecordedRequest]:
@@ -556,11 +561,12 @@ class ScriptedServer:
 
 
 @contextmanager
-def serve(scenario: Scenario, *, log_path: str | Path | None = None) -> Iterator[ScriptedServer]:
+def serve(scenario: Scenario, *, log_path: str | Path | None = None,
+          summary_prompt: str | None = None) -> Iterator[ScriptedServer]:
     """A started server with ``scenario`` as its ``default`` case (``server.base_url()``); stopped on exit."""
     server = ScriptedServer().start()
     try:
-        server.add_case(DEFAULT_CASE, scenario, log_path=log_path)
+        server.add_case(DEFAULT_CASE, scenario, log_path=log_path, summary_prompt=summary_prompt)
         yield server
     finally:
         server.stop()

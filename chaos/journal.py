@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.errors import ChaosError
+from chaos.files import fsync_dir, write_json
 
 JOURNAL = "journal.jsonl"
 CAMPAIGN = "campaign.json"
@@ -96,7 +97,7 @@ class Journal:
             os.close(fd)
             raise
         self._fd: int | None = fd
-        _fsync_dir(self.path.parent)  # a freshly created journal's directory entry must be durable too
+        fsync_dir(self.path.parent)  # a freshly created journal's directory entry must be durable too
 
     def __enter__(self) -> Journal:
         return self
@@ -145,16 +146,7 @@ def write_campaign(directory: str | Path, params: Mapping[str, Any]) -> Path:
     """Write ``campaign.json`` atomically (temp file, fsync, rename, fsync of the directory)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / CAMPAIGN
-    tmp = directory / f".{CAMPAIGN}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(params, f, indent=2, ensure_ascii=False, sort_keys=True)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(directory)
-    return path
+    return write_json(directory / CAMPAIGN, params, sort_keys=True)
 
 
 def read_campaign(directory: str | Path) -> dict[str, Any]:
@@ -169,17 +161,3 @@ def read_campaign(directory: str | Path) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise JournalError(f"{path}: campaign parameters must be a JSON object")
     return value
-
-
-def _fsync_dir(directory: Path) -> None:
-    # A new file's name lives in its directory; without this fsync a power loss could forget the file exists.
-    try:
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

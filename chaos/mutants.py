@@ -45,6 +45,7 @@ from typing import Any
 
 from chaos import campaign as cp
 from chaos.errors import ChaosError
+from chaos.files import write_atomic
 from chaos.workers import NOT_REACHED, PASS
 
 # The few library scenarios `--fast` campaigns exhaustively: the motivating read-then-answer shape (stale calls), a
@@ -77,6 +78,12 @@ class MutantsOptions:
     cache: str | None = None  # kill-point cache (default: <out>/.cache)
     case_seconds: float = 120.0
     keep: str = "failing"
+    target: Any = None  # chaos.target.Target whose switches are exercised (None: the bundled agent)
+
+    def the_target(self):
+        from chaos.target import Target
+
+        return (self.target or Target()).without_bugs()
 
     def paths(self) -> list[str]:
         """The scenario paths the campaigns load."""
@@ -97,13 +104,23 @@ class MutantsOptions:
         return next((f.resolve() for f in files if f.stem == switch and f.parent.name == "regressions"), None)
 
     def selected(self) -> list[str]:
-        """The switches to run (all known ones, in ``agent.bugs`` order, when none is named)."""
-        from agent.bugs import BUGS
-
-        unknown = [s for s in self.switches if s not in BUGS]
+        """The switches to run (every one the target offers, in its order, when none is named)."""
+        bugs = self.known()
+        unknown = [s for s in self.switches if s not in bugs]
         if unknown:
-            raise MutantsError([f"--switch {s}: unknown bug switch (known: {', '.join(BUGS)})" for s in unknown])
-        return [s for s in BUGS if not self.switches or s in self.switches]
+            raise MutantsError([f"--switch {s}: unknown bug switch (known: {', '.join(bugs)})" for s in unknown])
+        if not bugs:
+            raise MutantsError(f"target {self.the_target().name} offers no known-bug switch (its `bugs` command)")
+        return [s for s in bugs if not self.switches or s in self.switches]
+
+    def known(self) -> dict[str, dict[str, str]]:
+        """The target's switches (asked from it: ``chaos.target.known_bugs``)."""
+        from chaos.target import TargetError, known_bugs
+
+        try:
+            return known_bugs(self.the_target())
+        except TargetError as exc:
+            raise MutantsError(exc.messages) from None
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -238,6 +255,8 @@ class MutantsResult:
     correct: AgentRun
     switches: list[AgentRun]
     versions: dict[str, Any] = field(default_factory=dict)
+    bugs: dict[str, dict[str, str]] = field(default_factory=dict)  # the target's switches: layer, description
+    target: dict[str, Any] = field(default_factory=dict)
 
     @property
     def survivors(self) -> list[str]:
@@ -253,19 +272,18 @@ class MutantsResult:
         return self.correct.clean and not self.survivors and not self.interrupted
 
     def to_json(self) -> dict[str, Any]:
-        from agent.bugs import BUGS, PLANNER_BUGS
-
         switches = []
         for r in self.switches:
             item = r.to_json()
-            item["layer"] = "planner" if r.switch in PLANNER_BUGS else "executor"
-            item["description"] = BUGS.get(r.switch or "", "")
+            about = self.bugs.get(r.switch or "", {})
+            item["layer"] = about.get("layer", "")
+            item["description"] = about.get("description", "")
             switches.append(item)
         return {
             "ok": self.ok, "started": self.started, "duration": self.duration, "fast": self.fast,
             "scenarios": self.scenarios, "command": self.command, "directory": self.directory,
             "survivors": self.survivors, "correct": self.correct.to_json(), "switches": switches,
-            "versions": self.versions,
+            "versions": self.versions, "target": self.target,
         }
 
 
@@ -328,7 +346,7 @@ def run_mutants(options: MutantsOptions, *, say: Callable[[str], None] = lambda 
             # (failing too, they would be re-run and shrunk as well).
             scenarios=paths, workers=1 if first is not None else options.workers, fail_fast=switch is not None, name=label, out=str(run_dir),
             cache=cache, keep=options.keep, case_seconds=options.case_seconds,
-            agent=cp.bundled_agent([switch] if switch else []),
+            target=options.the_target().with_bugs([switch] if switch else []).to_json(),
         )
         started = time.time()  # journal records carry wall-clock `finished_at`
         try:
@@ -354,13 +372,12 @@ def run_mutants(options: MutantsOptions, *, say: Callable[[str], None] = lambda 
     result = MutantsResult(
         started=started_at, duration=round(time.monotonic() - t0, 2), fast=options.fast,
         scenarios=correct.scenarios, command=list(command), directory=str(run_dir),
-        correct=correct, switches=runs, versions=cp.versions(),
+        correct=correct, switches=runs, versions=cp.versions(), bugs=options.known(),
+        target=options.the_target().to_json(),
     )
     text = json.dumps(result.to_json(), indent=2, ensure_ascii=False) + "\n"
     for path in (run_dir / SUMMARY, out / SUMMARY):
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
+        write_atomic(path, text)
     return result
 
 

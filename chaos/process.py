@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,11 +28,6 @@ from pathlib import Path
 from typing import Protocol
 
 import psutil
-
-
-def agent_argv(*args: str) -> list[str]:
-    """``sys.executable -m agent ARGS``: the bundled agent, with this interpreter (never a PATH shim)."""
-    return [sys.executable, "-m", "agent", *args]
 
 
 @dataclass(frozen=True)
@@ -105,10 +99,12 @@ def ensure_agent_bytecode() -> None:
     _BYTECODE_READY = True
     try:
         import compileall
+        import importlib.util
 
-        import agent
-
-        compileall.compile_dir(str(Path(agent.__file__).parent), quiet=2)
+        # Located, not imported: the harness never imports the agent beyond its contract (agent.session).
+        spec = importlib.util.find_spec("agent")
+        if spec is not None and spec.submodule_search_locations:
+            compileall.compile_dir(list(spec.submodule_search_locations)[0], quiet=2)
     except Exception:  # a read-only install: the agent still runs, only slower to start
         pass
 

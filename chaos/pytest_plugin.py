@@ -16,8 +16,9 @@ Invariants it protects:
   ``--killpoint-scenarios DIR``. The project's own ``pytest -n auto`` (testpaths = tests), ``pytest tests`` or even
   ``pytest .`` never turns into a campaign, and ``.toml`` files elsewhere (test fixtures) are never touched.
 - **Same items on every xdist worker.** Kill points come from running the crash-free baseline, so each worker would
-  otherwise compute its own list. They are computed once per (scenario file digest, agent source) and cached on
-  disk in the campaign's own cache format and key (``chaos.campaign``; default ``<rootdir>/reports/.cache``): a
+  otherwise compute its own list. They are computed once per (scenario file digest, target) and cached on
+  disk in the campaign's own cache (``chaos.cache.BaselineCache``; default ``<rootdir>/reports/.cache``), so a
+  campaign and a pytest run on one machine share their baselines: a
   per-scenario ``flock`` makes one process compute while the others wait, and the file is published
   first-writer-wins. Every worker then builds its items from the same bytes, so xdist's collection check agrees.
 - **Light at load time.** pytest imports this module in every run of the environment. It imports nothing but pytest
@@ -48,8 +49,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--killpoint-mode", choices=MODES, default="exhaustive",
                     help="exhaustive: every kill point of the crash-free baseline + pinned schedules (default); "
                          "pinned: pinned schedules only")
+    group.addoption("--killpoint-target", default=None, metavar="TARGET.toml",
+                    help="the system under test (docs/targets.md; default: the bundled agent)")
     group.addoption("--killpoint-agent-bugs", default="", metavar="NAMES",
-                    help="AGENT_BUGS for the cases (the baseline always runs the correct agent)")
+                    help="known-bug switches of the target for the cases (the baseline always runs the correct one)")
+    group.addoption("--killpoint-planner-cmd", default=None, metavar="CMD",
+                    help="a foreign recovery planner the agent consults (`CMD plan LOG CURRENT.json`)")
+    group.addoption("--killpoint-planner-scope", choices=("recovery", "all"), default=None,
+                    help="which plans --killpoint-planner-cmd decides (default: recovery)")
     group.addoption("--killpoint-cache", default=None, metavar="DIR",
                     help="kill-point cache shared with `chaos campaign` (default: <rootdir>/reports/.cache)")
     group.addoption("--killpoint-keep", choices=("failing", "all", "none"), default="failing",
@@ -72,6 +79,10 @@ class _KillpointState:
         cache = config.getoption("killpoint_cache")
         self.cache = Path(cache).resolve() if cache else rootdir / "reports" / ".cache"
         self.bugs = tuple(b.strip() for b in config.getoption("killpoint_agent_bugs").split(",") if b.strip())
+        self.target_file = config.getoption("killpoint_target")
+        self.planner_cmd = config.getoption("killpoint_planner_cmd")
+        self.planner_scope = config.getoption("killpoint_planner_scope")
+        self.target = None  # chaos.target.Target, resolved on first use (it imports the harness)
         self.mode = config.getoption("killpoint_mode")
         self.keep = config.getoption("killpoint_keep")
         self.case_seconds = config.getoption("killpoint_case_timeout")
@@ -93,15 +104,27 @@ class _KillpointState:
         path = path.resolve()
         return any(path == a or _inside(path, a) for a in self.asked)
 
+    def resolve_target(self):
+        """The target of this run (``chaos.target.resolve_target``: file, switches, foreign planner)."""
+        if self.target is None:
+            from chaos.target import TargetError, resolve_target
+
+            try:
+                self.target = resolve_target(self.target_file, bugs=self.bugs, planner_command=self.planner_cmd,
+                                             planner_scope=self.planner_scope)
+            except TargetError as exc:
+                raise pytest.UsageError("--killpoint-target/--killpoint-agent-bugs: " + "; ".join(exc.messages)) \
+                    from None
+        return self.target
+
     def context(self):
         """The harness context of this process (``chaos.workers.Context``), created on first use."""
         if self._context is None:
-            from chaos.campaign import bundled_agent
             from chaos.workers import Context, WorkerConfig
 
             factory = self.config._tmp_path_factory  # noqa: SLF001 - pytest's own basetemp, per xdist worker
             work = factory.mktemp("killpoint", numbered=True)
-            config = WorkerConfig(scenarios={}, agent=bundled_agent(self.bugs), cache=str(self.cache),
+            config = WorkerConfig(scenarios={}, target=self.resolve_target(), cache=str(self.cache),
                                   cache_keys={}, work=str(work),
                                   limits={"case_seconds": self.case_seconds}, shrink=False, keep=self.keep)
             self._context = Context(config)
@@ -120,13 +143,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "killpoint: a killpoint crash case collected from a scenario file")
     state = _KillpointState(config)
     config.stash[_STATE] = state
-    if state.bugs:
-        from agent.bugs import UnknownBugError, parse_bugs  # stdlib-only module; only when the option is given
-
-        try:
-            parse_bugs(",".join(state.bugs))
-        except UnknownBugError as exc:  # a typo must not make every case "pass" with the correct agent
-            raise pytest.UsageError(f"--killpoint-agent-bugs: {exc}") from None
+    if state.bugs or state.target_file or state.planner_cmd:
+        # Checked now, not at the first case: a typo must not make every case "pass" with the correct agent.
+        state.resolve_target()
     if state.explicit:
         # `pytest --killpoint-scenarios DIR` alone means "run the scenarios", not "the testpaths and the scenarios".
         if config.args_source != pytest.Config.ArgsSource.ARGS:
@@ -185,27 +204,27 @@ def _kill_points(state: _KillpointState, scenario, path: Path):
     """(ScenarioPoints or None, cached baseline payload) for ``scenario``: from the cache, or computed under a lock."""
     import hashlib
 
-    from chaos.campaign import publish_json, agent_key, bundled_agent
+    from chaos.cache import BaselineCache
 
     digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
-    # The campaign's cache key: scenario name, file digest, and the *correct* agent (kill points never depend on
-    # AGENT_BUGS: they come from the crash-free baseline of the correct agent).
-    stem = f"{scenario.name}-{digest}-{agent_key(bundled_agent())}"
+    # The campaign's cache and key: scenario name, file digest and the *correct* target (kill points never depend on
+    # AGENT_BUGS: they come from the crash-free baseline of the correct implementation).
+    cache = BaselineCache(state.cache, state.resolve_target())
+    stem = cache.stem(scenario.name, digest)
     ctx = state.context()
     ctx.config.scenarios[scenario.name] = str(path)
     ctx.config.cache_keys[scenario.name] = stem
-    target = state.cache / f"{stem}.json"
-    payload = _read_json(target)
+    payload = cache.load(stem)
     if payload is None:
         state.cache.mkdir(parents=True, exist_ok=True)
         with open(state.cache / f".{stem}.lock", "w") as lock:
             # One computing process per scenario; the others (xdist workers, shards) wait and read its result.
             fcntl.flock(lock, fcntl.LOCK_EX)
-            payload = _read_json(target)
+            payload = cache.load(stem)
             if payload is None:
                 from chaos.workers import discover_baseline
 
-                payload = publish_json(target, discover_baseline(ctx, scenario.name))
+                payload = cache.publish(stem, discover_baseline(ctx, scenario.name))
     if not payload.get("ok"):
         return None, payload
     from chaos.schedules import ScenarioPoints, Transaction
@@ -214,13 +233,6 @@ def _kill_points(state: _KillpointState, scenario, path: Path):
                             tuple(tuple(s.faults) for s in scenario.schedules), tuple(scenario.tags),
                             len(scenario.runs), tuple(len(r.turns) for r in scenario.runs))
     return points, payload
-
-
-def _read_json(path: Path):
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
 
 
 class KillpointFailure(Exception):
@@ -255,9 +267,13 @@ class KillpointCase(pytest.Item):
             return
         result = outcome.result
         lines = [f"killpoint case {self.case_id} did not pass: {outcome.status} (agent {result.verdict})"]
-        if state.bugs:
-            lines[0] += f" with AGENT_BUGS={','.join(state.bugs)}"
+        target = state.resolve_target()
+        if target.label() != "bundled":
+            lines[0] += f" with {target.label()}"
         invariants = []
+        if result.divergence:
+            lines.append(f"  first divergence (kill {result.divergence['kill']}, {result.divergence['fault']}): "
+                         f"{result.divergence['signature']}")
         if outcome.status == FAIL:
             for failure in outcome.failures:
                 invariants.append(failure["invariant"])
@@ -281,9 +297,9 @@ class KillpointCase(pytest.Item):
         where = self.path
         if _inside(where, Path(str(self.config.rootpath))):
             where = where.relative_to(Path(str(self.config.rootpath)))  # the command is run from the rootdir
-        repro = f"chaos run {where} --kill '{schedule}'"
-        if state.bugs:
-            repro += f" --agent-bugs {','.join(state.bugs)}"
+        import shlex
+
+        repro = shlex.join(["chaos", "run", str(where), "--kill", schedule, *target.cli_args()])
         lines.append(f"  reproduce: {repro}")
         raise KillpointFailure("\n".join(lines), invariants)
 

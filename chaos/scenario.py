@@ -71,13 +71,13 @@ from pydantic import (
     model_validator,
 )
 
-from agent.tools import TOOL_NAMES
 from chaos.errors import ScenarioError
 
-# The bundled agent's tools. Another agent may offer others, but scenario content (bash commands, argument shapes)
-# is agent-specific anyway, and a closed list turns a typo (`reed`) into a load error instead of a silent
-# unknown-tool scenario.
-KNOWN_TOOLS: tuple[str, ...] = tuple(TOOL_NAMES)
+# The bundled target's tools, in its canonical order (what `python -m agent describe` lists; a test checks they agree,
+# so the harness need not import the agent to validate a scenario). Another agent may offer others, but scenario
+# content (bash commands, argument shapes) is agent-specific anyway, and a closed list turns a typo (`reed`) into a
+# load error instead of a silent unknown-tool scenario.
+KNOWN_TOOLS: tuple[str, ...] = ("read", "write", "edit", "bash")
 BLOCKED_REASONS = ("configuration_changed", "environment_changed", "replay_declaration_changed", "attempts_exhausted")
 FINISH_REASONS = ("stop", "tool_calls", "length", "content_filter")
 STOP_REASONS = ("stop", "length", "toolUse")

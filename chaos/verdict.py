@@ -57,7 +57,10 @@ def failure_details(results: Sequence[CaseResult]) -> Group:
         head.append(f"  [{r.status}; agent {r.verdict}]")
         parts.append(head)
         parts.append(Text(f"  schedule: {'+'.join(r.schedule) or '(none: crash-free baseline)'}"
-                          + (f"; AGENT_BUGS={','.join(r.bugs)}" if r.bugs else "")))
+                          + (f"; target {r.target}" if r.target != "bundled" else "")))
+        if r.divergence:
+            parts.append(Text(f"  first divergence (kill {r.divergence['kill']}, {r.divergence['fault']}): "
+                              f"{r.divergence['signature']}", style="bold"))
         if not r.failed:
             parts.append(Text(f"  {r.detail}"))
         for inv in r.failed:

@@ -50,7 +50,7 @@ class WorkerConfig:
     """Picklable description of a worker's world (plain data only: paths, dicts)."""
 
     scenarios: dict[str, str]  # scenario name -> file path
-    agent: dict[str, Any]  # chaos.case.AgentSpec fields
+    target: Any  # chaos.target.Target (frozen, picklable)
     cache: str  # directory of the kill-point cache (baseline facts per scenario)
     cache_keys: dict[str, str]  # scenario name -> cache file stem
     work: str  # where case directories go
@@ -58,20 +58,18 @@ class WorkerConfig:
     shrink: bool = True
     shrink_calls: int = 30
     keep: str = "failing"
+    # `chaos corpus build`: a directory where every executed case's kill prefixes are recorded (chaos.corpus).
+    corpus: str | None = None
 
 
 class Context:
     """Per-process state: loaded scenarios, provider-fault variants and their baselines (memoized)."""
 
     def __init__(self, config: WorkerConfig):
-        from chaos.case import AgentSpec
         from chaos.supervisor import Limits
 
         self.config = config
-        agent = dict(config.agent)
-        self.agent = AgentSpec(command=tuple(agent["command"]), env=tuple(tuple(p) for p in agent.get("env", ())),
-                               bugs=tuple(agent.get("bugs", ())), bundled=bool(agent.get("bundled", True)),
-                               name=str(agent.get("name", "bundled")))
+        self.target = config.target
         self.limits = Limits(**config.limits) if config.limits else Limits()
         self.work = Path(config.work)
         self._scenarios: dict[str, Any] = {}
@@ -133,7 +131,7 @@ def provider_variant(ctx: Context, scenario, llm: Sequence[Any]):
     variant = scenario.model_copy(update={"runs": runs})
     tag = hashlib.sha256("+".join(str(f) for f in llm).encode()).hexdigest()[:10]
     result, evidence, _ = case.execute_case(variant, (), work_dir=ctx.work / "variants",
-                                            agent=ctx.agent.without_bugs(), baseline=None, server=None,
+                                            target=ctx.target.correct(), baseline=None, server=None,
                                             limits=ctx.limits, probes=2, keep="none", name=f"{scenario.name}-{tag}")
     if evidence is None:
         return variant, oracle.BaselineFacts([], {}, {}, False)
@@ -164,7 +162,7 @@ def discover_baseline(ctx: Context, name: str, runs: int = 2) -> dict[str, Any]:
     seen = []
     for i in range(runs):
         result, evidence, run = case.execute_case(scenario, (), work_dir=ctx.work / "baselines",
-                                                  agent=ctx.agent.without_bugs(), baseline=None, server=None,
+                                                  target=ctx.target.correct(), baseline=None, server=None,
                                                   limits=ctx.limits, probes=2, keep="failing",
                                                   name=f"{name}-baseline-{i + 1}")
         facts = (oracle.baseline_facts(evidence, result.invariants) if evidence is not None
@@ -223,7 +221,7 @@ def discover_recovery(ctx: Context, name: str, first: str) -> dict[str, Any]:
 
     scenario = ctx.scenario(name)
     result, evidence, run = case.execute_case(scenario, (first,), work_dir=ctx.work / "discovery",
-                                              agent=ctx.agent, baseline=None, server=None, limits=ctx.limits,
+                                              target=ctx.target, baseline=None, server=None, limits=ctx.limits,
                                               probes=0, keep="none", name=None)
     if not run.faults:
         return {"first": first, "reached": False}
@@ -263,9 +261,13 @@ def execute(ctx: Context, spec, *, name: str | None = None, keep: str | None = N
     from chaos import case, records
 
     scenario, facts = ctx.variant(spec.scenario, spec.llm)
-    result, evidence, run = case.execute_case(scenario, spec.schedule, work_dir=ctx.work, agent=ctx.agent,
+    result, evidence, run = case.execute_case(scenario, spec.schedule, work_dir=ctx.work, target=ctx.target,
                                               baseline=facts, server=None, limits=ctx.limits, probes=probes,
                                               keep=keep or ctx.config.keep, name=name)
+    if ctx.config.corpus and evidence is not None:
+        from chaos.corpus import record_evidence
+
+        record_evidence(Path(ctx.config.corpus), evidence)
     failures: list[dict[str, Any]] = []
     if result.status == case.PASS:
         status = PASS
@@ -307,7 +309,7 @@ def restart_rules(evidence) -> list[str]:
     """The SPEC §14.4 rule the reference planner picks on the log each restart found (one per SIGKILL)."""
     if evidence is None:
         return []
-    from agent.errors import AgentError
+    from agent.session.errors import CorruptionError
     from agent.session.planner import plan_rule
     from agent.session.reducer import reduce_session
 
@@ -320,7 +322,7 @@ def restart_rules(evidence) -> list[str]:
             continue
         try:
             rules.append(plan_rule(reduce_session(kill.snapshot), current))
-        except (AgentError, ValueError, KeyError):
+        except (CorruptionError, ValueError, KeyError):  # PlannerInputError is a ValueError
             rules.append("unplannable")  # the prefix does not reduce: log-reduces reports it with evidence
     return rules
 
@@ -427,7 +429,9 @@ def _record(ctx: Context, spec, outcome: Outcome) -> dict[str, Any]:
         "fired": len(run.faults) == len(spec.faults),
         "rules": restart_rules(outcome.evidence),
         "case_dir": _rel(ctx, result.case_dir),
-        "bugs": list(ctx.agent.bugs),
+        "bugs": list(ctx.target.bugs),
+        "target": ctx.target.label(),
+        "divergence": result.divergence,
         "tags": list(ctx.scenario(spec.scenario).tags),
         "minimal": None,
         "keys": failure_keys(outcome.failures, spec, landed),

@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from chaos.files import write_atomic
+
 # How a case ended, from the report's point of view.
 PASS = "pass"  # every invariant held
 FAIL = "fail"  # an invariant failed, and failed again on the re-run
@@ -77,6 +79,8 @@ class CaseReport:
     timeline_of: str | None = None  # when ``run`` is the minimal case's run (shrinking ran): its schedule
     kills: int | None = None  # SIGKILLs performed; None = count them in ``run``
     restarts: int | None = None  # launches after a fault; None = count them in ``run``
+    keys: list[list[str]] = field(default_factory=list)  # the engine's dedup keys [invariant, action, fact]
+    divergence: dict[str, Any] | None = None  # chaos.divergence.Divergence.to_json(): the first wrong decision
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -109,6 +113,8 @@ class CaseReport:
             "timeline_of": self.timeline_of,
             "kills": self.kills,
             "restarts": self.restarts,
+            "keys": self.keys,
+            "divergence": self.divergence,
         }
 
     @classmethod
@@ -137,7 +143,6 @@ class CampaignReport:
     planned: int | None = None  # cases the campaign planned (None: endless random mode, or unknown)
     interrupted: bool = False  # the campaign stopped early (Ctrl-C, budget): some planned cases did not run
     baselines: dict[str, Any] = field(default_factory=dict)  # per scenario: {"ok", "problems", ...} of its baseline
-    deduplicated: list[dict[str, Any]] | None = None  # the engine's failure groups; derived from cases when None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -154,7 +159,6 @@ class CampaignReport:
             "planned": self.planned,
             "interrupted": self.interrupted,
             "baselines": self.baselines,
-            "deduplicated": self.deduplicated,
             "cases": [c.to_json() for c in self.cases],
         }
 
@@ -183,16 +187,12 @@ def write_reports(report: CampaignReport, out_dir: str | Path) -> dict[str, Path
     out.mkdir(parents=True, exist_ok=True)
     summary = summarize(report)
     paths = {
-        "summary": _atomic_write(out / "summary.json", json.dumps(summary, indent=2, ensure_ascii=False) + "\n"),
-        "junit": _atomic_write(out / "junit.xml", junit_xml(report)),
-        "html": _atomic_write(out / "index.html", render_html(report, summary)),
-        "data": _atomic_write(out / REPORT_DATA, json.dumps(report.to_json(), ensure_ascii=False) + "\n"),
+        "summary": write_atomic(out / "summary.json", json.dumps(summary, indent=2, ensure_ascii=False) + "\n"),
+        "junit": write_atomic(out / "junit.xml", junit_xml(report)),
+        "html": write_atomic(out / "index.html", render_html(report, summary)),
+        "data": write_atomic(out / REPORT_DATA, json.dumps(report.to_json(), ensure_ascii=False) + "\n"),
     }
     return paths
 
 
-def _atomic_write(path: Path, text: str) -> Path:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
-    return path
+

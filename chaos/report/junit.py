@@ -37,6 +37,9 @@ def case_name(case: CaseReport) -> str:
 def failure_text(case: CaseReport) -> str:
     """The body of a failure: each invariant with its message and evidence, then how to reproduce it."""
     parts = []
+    if case.divergence:
+        parts.append(f"first divergence (kill {case.divergence.get('kill')}, {case.divergence.get('fault')}): "
+                     f"{case.divergence.get('signature')}")
     for failure in case.failures:
         parts.append(f"{failure.invariant}: {failure.message}")
         if failure.evidence is not None:
@@ -71,9 +74,10 @@ def junit_xml(report: CampaignReport) -> str:
                                name=_clean(case_name(case)), time=f"{case.duration:.3f}")
             if case.status == FAIL:
                 counts["failures"] += 1
-                ET.SubElement(tc, "failure", type=_clean(case.invariants[0]),
-                              message=_clean(", ".join(case.invariants) + " failed: " + case.failures[0].message)
-                              ).text = _clean(failure_text(case))
+                message = ", ".join(case.invariants) + " failed: " + case.failures[0].message
+                if case.divergence:
+                    message = ", ".join(case.invariants) + " failed: " + str(case.divergence.get("signature"))
+                ET.SubElement(tc, "failure", type=_clean(case.invariants[0]), message=_clean(message)).text = _clean(failure_text(case))
             elif case.status == ERROR:
                 counts["errors"] += 1
                 ET.SubElement(tc, "error", type=_clean(case.verdict or "error"),

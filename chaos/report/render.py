@@ -63,7 +63,7 @@ def case_report(record: Mapping[str, Any]) -> CaseReport:
 
 def campaign_report(result: Any, directory: str | Path | None = None) -> CampaignReport:
     """A ``chaos.campaign.CampaignResult`` (with its ``records``) as a ``CampaignReport``."""
-    agent = result.agent or {}
+    target = result.target or {}
     mode = result.mode if result.mode != "exhaustive" or result.depth == 1 else f"exhaustive, depth {result.depth}"
     if result.shard:
         mode += f", shard {result.shard}"
@@ -73,7 +73,7 @@ def campaign_report(result: Any, directory: str | Path | None = None) -> Campaig
         mode=mode,
         seed=result.seed,
         command=list(result.command),
-        agent_bugs=list(agent.get("bugs") or []),
+        agent_bugs=list(target.get("bugs") or []),
         started=result.started,
         duration=float(result.duration),
         versions=dict(result.versions),
@@ -82,17 +82,13 @@ def campaign_report(result: Any, directory: str | Path | None = None) -> Campaig
         planned=result.cases.get("planned"),
         interrupted=bool(result.interrupted),
         baselines=dict(result.baselines),
-        deduplicated=[{k: v for k, v in g.items() if k != "cases"} for g in result.failures],
     )
 
 
-def _agent_of(params: Mapping[str, Any], record: Mapping[str, Any]) -> dict[str, Any]:
-    agent = dict((params.get("options") or {}).get("agent") or {})
-    if not agent.get("command"):
-        from chaos.campaign import bundled_agent
+def _target_of(params: Mapping[str, Any]):
+    from chaos.campaign import CampaignOptions
 
-        agent = bundled_agent(record.get("bugs") or [])
-    return agent
+    return CampaignOptions.from_json(params.get("options") or {}).the_target
 
 
 def make_bundles(directory: Path, params: Mapping[str, Any], report: CampaignReport,
@@ -146,7 +142,7 @@ def make_bundles(directory: Path, params: Mapping[str, Any], report: CampaignRep
         try:
             write_bundle(dest, case_dir=case_dir, scenario_file=scenario_file,
                          case_id=raw.get("minimal_id") or case.id, schedule=schedule, failures=failures,
-                         agent=_agent_of(params, raw), original_case=case.id, campaign=report.name,
+                         target=_target_of(params), original_case=case.id, campaign=report.name,
                          seed=options.get("seed"), command_line=params.get("command") or None,
                          versions=params.get("versions") or None)
         except (BundleError, OSError) as exc:

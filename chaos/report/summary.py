@@ -64,8 +64,7 @@ def summarize(report: CampaignReport) -> dict[str, Any]:
         "restarts": sum(restart_count(c) for c in cases),
         "failures": {
             "byInvariant": dict(sorted(by_invariant.items())),
-            "deduplicated": (report.deduplicated if report.deduplicated is not None
-                             else deduplicate([c for c in cases if c.status == FAIL])),
+            "deduplicated": deduplicate([c for c in cases if c.status == FAIL]),
             "cases": [_failure_entry(c) for c in cases if c.status == FAIL],
         },
         "flaky": [_failure_entry(c) for c in cases if c.status == FLAKY],
@@ -110,19 +109,46 @@ def fault_key(fault_text: str) -> tuple[str, str]:
     return fault.action, fault.point.fact or "tx"
 
 
+def dedup_keys(case: CaseReport) -> list[tuple[str, str, str]]:
+    """The keys a failing case is deduplicated by.
+
+    A case with a first divergence (``chaos.divergence``): one key, ``("divergence", reference rule, signature)`` —
+    two cases that broke different invariants through the same wrong recovery decision are one finding. Else the
+    engine's keys (invariant, fault action, fact name of the canonical kill point the last fault landed on), or,
+    for a report built without the engine, the same read from the schedule's last fault (the shrunk one)."""
+    if case.divergence and case.divergence.get("signature"):
+        return [("divergence", str(case.divergence.get("reference_rule")), str(case.divergence["signature"]))]
+    if case.keys:
+        return [(str(k[0]), str(k[1]), str(k[2])) for k in case.keys]
+    schedule = case.minimal or case.schedule
+    action, fact = fault_key(schedule[-1]) if schedule else ("none", "none")
+    return [(invariant, action, fact) for invariant in case.invariants]
+
+
 def deduplicate(failed: list[CaseReport]) -> list[dict[str, Any]]:
-    """Failures grouped by (invariant, action, fact) of the schedule's last fault (the shrunk one when known)."""
-    groups: dict[tuple[str, str, str], list[CaseReport]] = {}
+    """Failing cases grouped by ``dedup_keys``, most frequent first; each group keeps its shortest minimal schedule
+    as the example (the best reproduction). The one grouping of the project: the campaign's result, ``summary.json``
+    and the HTML report all show these groups."""
+    groups: dict[tuple[str, str, str], dict[str, Any]] = {}
     for case in failed:
-        schedule = case.minimal or case.schedule
-        action, fact = fault_key(schedule[-1]) if schedule else ("none", "none")
-        for invariant in case.invariants:
-            groups.setdefault((invariant, action, fact), []).append(case)
-    return [
-        {"invariant": inv, "action": action, "fact": fact, "count": len(group), "example": group[0].id,
-         "minimal": group[0].minimal, "bundle": group[0].bundle}
-        for (inv, action, fact), group in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
-    ]
+        for key in dict.fromkeys(dedup_keys(case)):
+            diverged = key[0] == "divergence"
+            g = groups.setdefault(key, {
+                "invariant": "" if diverged else key[0], "action": key[1] if not diverged else "divergence",
+                "fact": key[2] if not diverged else key[1], "divergence": key[2] if diverged else None,
+                "count": 0, "cases": [], "example": case.id, "minimal": case.minimal or case.schedule,
+                "bundle": case.bundle,
+                "message": next((f.message for f in case.failures if diverged or f.invariant == key[0]), ""),
+            })
+            g["count"] += 1
+            g["cases"].append(case.id)
+            if diverged:  # the invariants the wrong decision broke, across the group
+                names = [n for n in g["invariant"].split(", ") if n] + case.invariants
+                g["invariant"] = ", ".join(dict.fromkeys(names))
+            mine = case.minimal or case.schedule
+            if mine and len(mine) < len(g["minimal"] or []):
+                g["minimal"], g["example"], g["bundle"] = mine, case.id, case.bundle
+    return sorted(groups.values(), key=lambda g: (-g["count"], g["invariant"], g["action"], g["fact"]))
 
 
 def derive_coverage(cases: list[CaseReport]) -> dict[str, Any]:
@@ -176,6 +202,7 @@ def _failure_entry(case: CaseReport) -> dict[str, Any]:
         "schedule": case.schedule,
         "minimal": case.minimal,
         "invariants": case.invariants,
+        "divergence": (case.divergence or {}).get("signature"),
         "messages": [f"{f.invariant}: {f.message}" for f in case.failures],
         "bundle": case.bundle,
         "repro": case.repro,

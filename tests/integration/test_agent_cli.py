@@ -142,10 +142,27 @@ class TestHelpAndBugs:
         for code in (0, 2, 3, 4, 5, 6, 7, 70, 130):
             assert f"\n  {code} " in out
 
-    def test_bugs_lists_nine_switches(self, capsys):
-        """`bugs` prints one line per known-bug switch."""
+    def test_bugs_lists_every_switch(self, capsys):
+        """`bugs` prints one line per known-bug switch (ten)."""
         status, out, _ = run_cli(capsys, ["bugs"])
-        assert status == 0 and len(out.splitlines()) == 9 and "stale-assistant-calls" in out
+        assert status == 0 and len(out.splitlines()) == 10 and "stale-assistant-calls" in out
+
+    def test_describe_says_what_a_harness_needs(self, capsys, tmp_path):
+        """`describe` prints the tools, the summary prompt, the switches and the CurrentConfiguration of its flags."""
+        from agent.config import current_configuration, load_config
+
+        status, out, _ = run_cli(capsys, ["describe", "--workspace", str(tmp_path), "--model", "m1",
+                                          "--environment-identity", "here"])
+        data = json.loads(out)
+        expected = current_configuration(load_config(workspace=tmp_path, model="m1", environment_identity="here"))
+        assert status == 0 and data["current"] == expected and data["protocol"] == 1
+        assert [t["function"]["name"] for t in data["tools"]] == ["read", "write", "edit", "bash"]
+        assert data["summarySystemPrompt"] and "stale-assistant-calls" in [b["name"] for b in data["bugs"]]
+
+    def test_describe_refuses_a_bad_configuration(self, capsys, tmp_path):
+        """A configuration `run` would refuse is a usage error for `describe` too."""
+        status, _, err = run_cli(capsys, ["describe", "--workspace", str(tmp_path / "missing")])
+        assert status == 2 and "workspace" in err
 
 
 class TestRealProcess:

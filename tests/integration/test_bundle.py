@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 
 from chaos.bundle import load_bundle, write_bundle
-from chaos.case import AgentSpec, run_baseline, run_case
+from chaos.case import run_baseline, run_case
+from chaos.target import Target
 from chaos.scenario import load_scenario
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,12 +48,12 @@ def bundle(tmp_path_factory) -> Path:
     scenario = load_scenario(SCENARIO)
     baseline = run_baseline(scenario, work_dir=work, keep="none")
     assert baseline.ok, baseline.result
-    agent = AgentSpec(bugs=(BUG,))
-    result = run_case(scenario, [KILL], work_dir=work, agent=agent, baseline=baseline, keep="all")
+    target = Target(bugs=(BUG,))
+    result = run_case(scenario, [KILL], work_dir=work, target=target, baseline=baseline, keep="all")
     assert result.status == "fail" and "converges" in [r.name for r in result.failed], result
     dest = tmp_path_factory.mktemp("report") / "failures" / "stale"
     return write_bundle(dest, case_dir=result.case_dir, scenario_file=SCENARIO, case_id=result.case_id,
-                        schedule=result.schedule, failures=result.failed, agent=agent, campaign="test-campaign",
+                        schedule=result.schedule, failures=result.failed, target=target, campaign="test-campaign",
                         seed=1234, command_line=["chaos", "campaign", "--agent-bugs", BUG])
 
 
@@ -146,9 +147,9 @@ def test_bad_paths_give_one_line(tmp_path: Path):
 
 
 def _campaign(out: Path, shard: str) -> Path:
-    from chaos.campaign import CampaignOptions, bundled_agent, run_campaign
+    from chaos.campaign import CampaignOptions, run_campaign
 
-    options = CampaignOptions(scenarios=[str(SCENARIO)], agent=bundled_agent([BUG]), name=f"shard-{shard[:2]}",
+    options = CampaignOptions(scenarios=[str(SCENARIO)], target=Target(bugs=(BUG,)).to_json(), name=f"shard-{shard[:2]}",
                               out=str(out), workers=2, shard=shard, shrink_calls=8)
     run_campaign(options, command=["chaos", "campaign", "--agent-bugs", BUG, "--shard", shard],
                  reporter=_Quiet())

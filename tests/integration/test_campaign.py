@@ -16,7 +16,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from chaos.campaign import CampaignOptions, agent_from_config, bundled_agent, merge_journals, run_campaign, write_merged
+from chaos.campaign import CampaignOptions, merge_journals, run_campaign, write_merged
+from chaos.target import Target, load_target
 from chaos.journal import read_journal, read_lines
 from chaos.schedules import spec_from_id
 from tests.agents import HERE as AGENTS
@@ -36,7 +37,7 @@ def cache(tmp_path_factory) -> str:
 
 def campaign(out: Path, name: str, cache: str, *scenarios: str, bugs=(), **options):
     opts = CampaignOptions(scenarios=list(scenarios), out=str(out), name=name, cache=cache, workers=2,
-                           agent=bundled_agent(bugs), **options)
+                           target=Target(bugs=tuple(bugs)).to_json(), **options)
     return run_campaign(opts)
 
 
@@ -179,7 +180,7 @@ class TestFlaky:
             f'configuration_flags = true\n'
             f'env = {{ FLAKY_COUNTER = {json.dumps(str(tmp_path / "counter"))}, FLAKY_SKIP = "2" }}\n')
         opts = CampaignOptions(scenarios=[TOOL], out=str(tmp_path), name="f", cache=str(tmp_path / "cache"),
-                               workers=1, shard="1/4", agent=agent_from_config(config))
+                               workers=1, shard="1/4", target=load_target(config).to_json())
         result = run_campaign(opts)
         assert result.cases["fail"] == 0 and result.cases["flaky"] == result.cases["planned"] >= 2
         assert result.ok and len(result.flaky) == result.cases["flaky"]

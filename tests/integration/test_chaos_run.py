@@ -11,7 +11,8 @@ import psutil
 import pytest
 from click.testing import CliRunner
 
-from chaos.case import AgentSpec, run_baseline, run_case
+from chaos.case import run_baseline, run_case
+from chaos.target import Target
 from chaos.cli import main
 from chaos.faults import PHASES
 from chaos.oracle import INVARIANTS
@@ -66,8 +67,8 @@ def test_a_hung_agent_is_reported_hang_and_leaves_no_process(bash_deploy, tmp_pa
         pathlib.Path({str(pids)!r}).write_text(f"{{os.getpid()}} {{child.pid}}")
         time.sleep(300)
     """))
-    agent = AgentSpec(command=(sys.executable, str(script)), bundled=False, name="hung")
-    result = run_case(bash_deploy, (), work_dir=tmp_path / "cases", agent=agent,
+    target = Target(command=(sys.executable, str(script)), configuration_flags=False, name="hung")
+    result = run_case(bash_deploy, (), work_dir=tmp_path / "cases", target=target,
                       limits=Limits(case_seconds=20, silence_seconds=1.0))
     assert result.status == "hang" and result.verdict == "hang"
     assert "silent for 1s" in result.detail

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from chaos.case import AgentSpec, run_baseline, run_case
+from chaos.case import run_baseline, run_case
+from chaos.target import Target
 from chaos.report import FAIL, CampaignReport, CaseReport, InvariantFailure, write_reports
 from chaos.report.render import read_plans
 from chaos.report.summary import versions
@@ -67,7 +68,7 @@ def report_page(tmp_path_factory) -> tuple[Path, dict]:
     work = tmp_path_factory.mktemp("cases")
     scenario = load_scenario(SCENARIO)
     baseline = run_baseline(scenario, work_dir=work, keep="none")
-    result = run_case(scenario, ["assistant@after-sync#2"], work_dir=work, agent=AgentSpec(bugs=("stale-assistant-calls",)),
+    result = run_case(scenario, ["assistant@after-sync#2"], work_dir=work, target=Target(bugs=("stale-assistant-calls",)),
                       baseline=baseline, keep="all")
     assert result.status == "fail", result
     run = json.loads((Path(result.case_dir) / "caserun.json").read_text())

@@ -113,10 +113,10 @@ def test_the_library_contains_every_fault_family_the_issue_names():
 
 @cache
 def _context(tmp: str):
-    from chaos.campaign import bundled_agent
+    from chaos.target import Target
     from chaos.workers import Context, WorkerConfig
 
-    config = WorkerConfig(scenarios={}, agent=bundled_agent(), cache=str(Path(tmp) / "cache"), cache_keys={},
+    config = WorkerConfig(scenarios={}, target=Target(), cache=str(Path(tmp) / "cache"), cache_keys={},
                           work=str(Path(tmp) / "work"), shrink=False, keep="failing")
     (Path(tmp) / "cache").mkdir(parents=True, exist_ok=True)
     return Context(config)

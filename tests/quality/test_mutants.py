@@ -124,7 +124,8 @@ def test_an_unknown_switch_is_a_usage_error(tmp_path):
 @pytest.fixture(scope="module")
 def environment_replay(tmp_path_factory):
     """The replay-ignores-environment regression's pinned case, with and without the switch: (evidence, evidence)."""
-    from chaos.case import AgentSpec, execute_case, run_baseline
+    from chaos.case import execute_case, run_baseline
+    from chaos.target import Target
     from chaos.scenario import load_scenario
 
     scenario = load_scenario(REGRESSIONS / "replay-ignores-environment.toml")
@@ -134,7 +135,7 @@ def environment_replay(tmp_path_factory):
     [schedule] = [tuple(s.faults) for s in scenario.schedules]
     runs = []
     for bugs in (("replay-ignores-environment",), ()):
-        _, evidence, _ = execute_case(scenario, schedule, work_dir=work, agent=AgentSpec(bugs=bugs),
+        _, evidence, _ = execute_case(scenario, schedule, work_dir=work, target=Target(bugs=bugs),
                                       baseline=baseline, server=None, limits=None, probes=2, keep="none", name=None)
         runs.append(evidence)
     return runs

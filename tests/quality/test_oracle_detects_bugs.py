@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from chaos.case import AgentSpec, run_baseline, run_case
+from chaos.case import run_baseline, run_case
+from chaos.target import Target
 from chaos.faults import PHASES
 from chaos.scenario import load_scenario
 
@@ -37,7 +38,7 @@ def baseline(scenario, tmp_path_factory):
 
 def _cases(scenario, baseline, phase: str, bugs: tuple[str, ...], work: Path):
     points = [k.point for k in baseline.killpoints if k.phase == phase]
-    return {p: run_case(scenario, (p,), work_dir=work, baseline=baseline, agent=AgentSpec(bugs=bugs), keep="none")
+    return {p: run_case(scenario, (p,), work_dir=work, baseline=baseline, target=Target(bugs=bugs), keep="none")
             for p in points}
 
 
@@ -78,10 +79,10 @@ def test_starting_a_call_while_another_is_pending_fails_log_reduces_in_the_libra
     assert base.ok, base.result.to_json()
     schedule = ("toolStarted@after-sync#1",)
     bad = run_case(mixed, schedule, work_dir=tmp_path, baseline=base,
-                   agent=AgentSpec(bugs=("start-untouched-while-pending",)), keep="none")
+                   target=Target(bugs=("start-untouched-while-pending",)), keep="none")
     assert [i.name for i in bad.failed] == ["log-reduces"], [i.to_json() for i in bad.failed]
     [finding] = bad.failed[0].findings
     assert finding.call == "call_deploy_staging" and "'call_read_config' (index 0)" in finding.message
     assert "P7.1" in finding.message
-    good = run_case(mixed, schedule, work_dir=tmp_path, baseline=base, agent=AgentSpec(), keep="none")
+    good = run_case(mixed, schedule, work_dir=tmp_path, baseline=base, target=Target(), keep="none")
     assert good.ok, [i.to_json() for i in good.failed]

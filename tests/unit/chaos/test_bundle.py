@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chaos.bundle import BUNDLE_FORMAT, PYTHON, BundleError, agent_json, agent_spec, dumps_toml, load_bundle
+from chaos.bundle import BUNDLE_FORMAT, PYTHON, BundleError, dumps_toml, load_bundle, target_json, target_of
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -54,15 +54,21 @@ class TestDumpsToml:
         assert value["a"] == math.inf and value["b"] == -math.inf and math.isnan(value["c"])
 
 
-class TestAgentJson:
+class TestTargetJson:
     def test_this_interpreter_is_recorded_as_a_placeholder(self):
         """The bundled agent's interpreter path is stored as {python} and restored as this interpreter."""
         import sys
 
-        data = agent_json({"command": [sys.executable, "-m", "agent"], "bugs": ["stale-assistant-calls"]})
+        data = target_json({"command": [sys.executable, "-m", "agent"], "bugs": ["stale-assistant-calls"]})
         assert data["command"] == [PYTHON, "-m", "agent"]
-        spec = agent_spec(data)
-        assert spec.command == (sys.executable, "-m", "agent") and spec.bugs == ("stale-assistant-calls",)
+        target = target_of({"target": data})
+        assert target.command == (sys.executable, "-m", "agent") and target.bugs == ("stale-assistant-calls",)
+
+    def test_a_round_one_bundle_names_its_agent(self):
+        """A bundle written before targets (an `agent` entry) is read as the same target."""
+        target = target_of({"agent": {"command": [PYTHON, "-m", "agent"], "env": [["X", "1"]], "bugs": ["b"],
+                                      "bundled": True, "name": "bundled"}})
+        assert target.bundled and target.bugs == ("b",) and target.env == (("X", "1"),)
 
 
 class TestLoadBundle:
@@ -88,7 +94,7 @@ class TestLoadBundle:
         (tmp_path / "scenario.toml").write_text(source + "\n# edited\n", encoding="utf-8")
         (tmp_path / "bundle.json").write_text(json.dumps({
             "format": BUNDLE_FORMAT, "case": "read-then-answer::assistant@after-sync#2",
-            "schedule": ["assistant@after-sync#2"], "invariants": ["converges"], "agent": {"bugs": []},
+            "schedule": ["assistant@after-sync#2"], "invariants": ["converges"], "target": {"bugs": []},
             "scenario": {"file": "scenario.toml", "sha256": "sha256:" + "0" * 64}}))
         with pytest.raises(BundleError, match="changed since the bundle was written"):
             load_bundle(tmp_path)

@@ -1,4 +1,4 @@
-"""Unit tests of chaos.campaign's pure parts: options, durations, agent configs, results, coverage and merging."""
+"""Unit tests of chaos.campaign's pure parts: options, durations, results, coverage and merging."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from chaos.campaign import (
     CampaignError,
     CampaignOptions,
     Reporter,
-    agent_from_config,
     build_result,
     coverage,
     merge_journals,
@@ -65,31 +64,13 @@ class TestOptions:
         assert CampaignOptions.from_json(json.loads(json.dumps(options.to_json()))) == options
 
 
-class TestAgentConfig:
-    def test_reads_command_env_and_flags(self, tmp_path):
-        """An agent config gives the argv prefix (relative paths resolved), env, and whether flags are understood."""
-        path = tmp_path / "a.toml"
-        path.write_text('name = "mine"\ncommand = ["python3", "./agent.py"]\nenv = { X = "1" }\n'
-                        'configuration_flags = true\n')
-        agent = agent_from_config(path, ["stale-assistant-calls"])
-        assert agent["command"] == ["python3", str(tmp_path / "agent.py")] and agent["env"] == [("X", "1")]
-        assert agent["bundled"] and agent["name"] == "mine" and agent["bugs"] == ["stale-assistant-calls"]
-
-    def test_problems_are_listed(self, tmp_path):
-        """A bad config names each problem: missing command, wrong protocol, unknown keys."""
-        path = tmp_path / "a.toml"
-        path.write_text('protocol = 2\nsession = "x"\n')
-        with pytest.raises(CampaignError) as info:
-            agent_from_config(path)
-        text = "\n".join(info.value.messages)
-        assert "command" in text and "protocol" in text and "session" in text
-
-    def test_toml_syntax_error(self, tmp_path):
-        """A TOML syntax error is one line naming the file."""
-        path = tmp_path / "a.toml"
-        path.write_text("command = [")
-        with pytest.raises(CampaignError, match="a.toml"):
-            agent_from_config(path)
+class TestRoundOneOptions:
+    def test_a_round_one_campaign_json_names_its_agent_as_a_target(self):
+        """A campaign.json written with round 1's `agent` dict is read as the same target."""
+        old = {"agent": {"command": ["{python}", "-m", "agent"], "env": [], "bugs": ["stale-assistant-calls"],
+                         "bundled": True, "name": "bundled"}}
+        target = CampaignOptions.from_json(old).the_target
+        assert target.bundled and target.bugs == ("stale-assistant-calls",)
 
 
 class TestResult:

@@ -113,7 +113,7 @@ class TestTranscriptProblem:
 
 class TestScriptDecide:
     def setup_method(self):
-        self.script = Script(parse_scenario(SCENARIO))
+        self.script = Script(parse_scenario(SCENARIO), SUMMARY_SYSTEM_PROMPT)
 
     def test_first_request_of_a_run_gets_turn_zero(self):
         """The latest user message picks the run; no assistant message after it means turn 0."""
@@ -290,7 +290,7 @@ class TestServer:
                                                               'status = 500 }')
         body = {"messages": [{"role": "system", "content": SUMMARY_SYSTEM_PROMPT},
                              {"role": "user", "content": f"[user]\n{PROMPT2}"}]}
-        with serve(parse_scenario(text)) as server:
+        with serve(parse_scenario(text), summary_prompt=SUMMARY_SYSTEM_PROMPT) as server:
             assert post(server.port, PATH, body)[0] == 500
             assert post(server.port, PATH, body)[0] == 200
             assert [(r.run, r.turn, r.kind) for r in server.requests()] == [(1, "summary", "fault:http"),

@@ -157,13 +157,28 @@ class TestSummary:
         assert [(g["invariant"], g["action"], g["fact"], g["count"]) for g in groups] == [
             ("converges", "kill", "assistant", 2), ("converges", "torn", "toolStarted", 1)]
 
-    def test_engine_groups_and_coverage_are_used_when_given(self):
-        """The campaign engine's deduplication and coverage are passed through, not recomputed."""
-        groups = [{"invariant": "outcome", "action": "kill", "fact": "user", "count": 9, "example": "e"}]
+    def test_engine_keys_and_coverage_are_used_when_given(self):
+        """The engine's dedup keys (canonical kill point) and its coverage are used, not re-derived from texts."""
+        case = failing_case(minimal=["tx:4@after-sync"])
+        case.keys = [["outcome", "kill", "user"]]
         cov = {"points": {"user@before-write": {"reached": 1, "total": 2}}, "rules": {"P0": 1}}
-        s = summarize(campaign([failing_case()], deduplicated=groups, coverage=cov, planned=10))
-        assert s["failures"]["deduplicated"] == groups and s["coverage"] == cov
-        assert s["cases"]["notRun"] == 9
+        s = summarize(campaign([case], coverage=cov, planned=10))
+        assert [(g["invariant"], g["action"], g["fact"]) for g in s["failures"]["deduplicated"]] == [
+            ("outcome", "kill", "user")]
+        assert s["coverage"] == cov and s["cases"]["notRun"] == 9
+
+    def test_a_first_divergence_groups_cases_across_invariants(self):
+        """Cases whose first divergence is the same (rule, signature) are one group, whatever invariants broke."""
+        sig = "reference P5.2 finish completed; implementation startTool read#0"
+        a = failing_case(id="s::a")
+        b = failing_case(id="s::b", failures=[InvariantFailure("outcome", "unfinished", [])])
+        for c in (a, b):
+            c.divergence = {"reference_rule": "P5.2", "signature": sig}
+        other = failing_case(id="s::c")
+        groups = summarize(campaign([a, b, other]))["failures"]["deduplicated"]
+        assert [(g["action"], g["divergence"], g["count"]) for g in groups][0] == ("divergence", sig, 2)
+        assert groups[0]["fact"] == "P5.2" and set(groups[0]["invariant"].split(", ")) == {"converges", "outcome"}
+        assert groups[1]["divergence"] is None and groups[1]["example"] == "s::c"
 
     def test_derived_coverage_counts_unreached_points_in_the_total_only(self):
         """Without engine coverage, each FACT@PHASE of a first fault counts reached/total; rules are counted."""

@@ -1,0 +1,494 @@
+"""The system under test: one ``Target``, built in one place, recorded whole wherever a case is recorded.
+
+A target says everything the harness needs to drive and judge an implementation, and nothing the harness would
+otherwise learn by importing it (modelled on Jepsen's ``jepsen.db/DB`` protocol and chaostoolkit's drivers):
+
+- how to launch it: argv *templates* for ``run`` (creates the session), ``run_again`` (a later run of the same
+  session), ``compact``, ``resume`` and ``abort``, plus ``plan`` (one recovery decision on a log: the command shape
+  of ``python -m agent plan``), ``bugs`` (its known-bug switches as JSON) and ``describe`` (its tool definitions,
+  compaction prompt and the CurrentConfiguration a set of flags gives). Placeholders: ``{command}`` (the argv
+  prefix, as several words), ``{flags}`` (the configuration flags, as several words), ``{session_dir}``,
+  ``{workspace}``, ``{prompt}``, ``{log}``, ``{current}`` and, resolved later by the supervisor and the restart
+  launcher, ``{session}`` and ``{restart}``;
+- its environment (``env``), the known-bug switches to enable (``bugs`` → ``AGENT_BUGS``) and a foreign recovery
+  planner for the bundled agent to consult (``planner_command`` / ``planner_scope`` → ``AGENT_PLANNER_CMD`` /
+  ``AGENT_PLANNER_SCOPE``, docs/agent.md);
+- its kill-point vocabulary and how its durable state is read (``kind = "contract"``: the session contract's fact
+  names, read with the reference reducer of ``agent.session``), which oracle invariants apply, how its effects are
+  witnessed (``CHAOS_WITNESS``) and how it reaches the model (``OPENAI_BASE_URL``: chat completions);
+- its exit codes (which mean "settled by itself", which "blocked", which "refused: session locked").
+
+The bundled agent is simply the default target (``Target()``). ``Target.key()`` names it in the baseline cache
+(the bundled agent's key includes the digest of its source, so an edited agent never reuses stale kill points);
+``to_json``/``from_json`` carry it through ``campaign.json``, journal records and repro bundles unchanged.
+
+What a target *offers* (its switches, tools, CurrentConfiguration) is asked from it by running its ``bugs`` and
+``describe`` commands — never by importing it — and memoised per process (``describe``).
+
+Not here: running cases (``chaos.case``), the checkpoint protocol (docs/protocol.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from chaos.errors import ChaosError
+from chaos.oracle import INVARIANTS  # a target may declare the subset of the oracle's invariants that applies
+KINDS = ("contract",)  # the session contract (SPEC.md); probe targets of other kinds come later (issue [3/5])
+PLANNER_SCOPES = ("recovery", "all")
+REPO = Path(__file__).resolve().parent.parent
+PYTHON = "{python}"  # in a recorded target: "the interpreter running killpoint" (the path differs per machine)
+
+# The bundled agent's command shapes (docs/agent.md); a target file may replace any of them.
+DEFAULT_LAUNCH: dict[str, tuple[str, ...]] = {
+    "run": ("{command}", "run", "--session-dir", "{session_dir}", "--workspace", "{workspace}", "{flags}",
+            "{prompt}"),
+    "run_again": ("{command}", "run", "--session", "{session}", "{flags}", "{restart}", "{prompt}"),
+    "compact": ("{command}", "compact", "{session}", "{flags}", "{restart}"),
+    "resume": ("{command}", "resume", "{session}", "{flags}", "{restart}"),
+    "abort": ("{command}", "abort", "{session}", "{flags}", "{restart}"),
+    "plan": ("{command}", "plan", "{log}", "{current}"),
+    "bugs": ("{command}", "bugs", "--json"),
+    "describe": ("{command}", "describe", "--workspace", "{workspace}", "{flags}"),
+}
+LAUNCH_KEYS = tuple(DEFAULT_LAUNCH)
+_PLACEHOLDERS = frozenset({"{command}", "{flags}", "{session_dir}", "{workspace}", "{prompt}", "{log}",
+                           "{current}", "{session}", "{restart}"})
+
+
+class TargetError(ChaosError):
+    """A target file is unreadable or invalid, or the target cannot answer a question asked of it; one line each."""
+
+    def __init__(self, messages: str | list[str]):
+        self.messages = [messages] if isinstance(messages, str) else list(messages)
+        super().__init__("\n".join(self.messages))
+
+
+@dataclass(frozen=True)
+class Target:
+    """The system under test (see the module docstring). Frozen and picklable: workers receive it as is."""
+
+    name: str = "bundled"
+    kind: str = "contract"
+    command: tuple[str, ...] = (sys.executable, "-m", "agent")
+    launch: tuple[tuple[str, tuple[str, ...]], ...] = ()  # overrides of DEFAULT_LAUNCH, (key, argv template)
+    env: tuple[tuple[str, str], ...] = ()
+    bugs: tuple[str, ...] = ()
+    # True when it takes the bundled agent's configuration flags and answers `describe`, so the harness knows the
+    # CurrentConfiguration each launch runs with (writer obligations, blocked reasons, the `changed` condition).
+    configuration_flags: bool = True
+    planner_command: str | None = None
+    planner_scope: str = "recovery"
+    invariants: tuple[str, ...] = INVARIANTS
+    effects: str = "witness-file"  # CHAOS_WITNESS: a file outside the workspace its tools append effects to
+    model: str = "openai-chat"  # OPENAI_BASE_URL + OPENAI_API_KEY, chat completions
+    settled_exits: tuple[int, ...] = (0, 3, 4, 130)
+    blocked_exit: int | None = 3
+    locked_exit: int = 6
+    source: str | None = None  # the target file it was read from (None: built in)
+
+    # ---- identity --------------------------------------------------------------------------------------------
+
+    @property
+    def bundled(self) -> bool:
+        """The bundled agent of this source tree (its source digest is part of its cache key)."""
+        return self.name == "bundled" and self.source is None
+
+    def key(self, *, with_bugs: bool = False) -> str:
+        """A short digest naming the target in cache keys: everything that changes what a crash-free run of the
+        correct implementation does; ``with_bugs`` adds what makes the implementation under test differ from it
+        (its switches and foreign planner), for what depends on recovery (depth-2 discovery)."""
+        ident = {"kind": self.kind, "command": self.portable_command(), "launch": [list(x) for x in self.templates()],
+                 "env": [list(p) for p in self.env], "configuration_flags": self.configuration_flags}
+        if self.bundled:
+            ident["source"] = agent_source_digest()
+        if with_bugs:
+            ident["bugs"] = sorted(self.bugs)
+            ident["planner"] = [self.planner_command, self.planner_scope] if self.planner_command else None
+        return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
+
+    def without_bugs(self) -> Target:
+        """This target with no known-bug switch enabled."""
+        return replace(self, bugs=())
+
+    def correct(self) -> Target:
+        """The correct implementation: no switch, no foreign planner — what a crash-free baseline runs, so kill
+        points never depend on the implementation under test."""
+        return replace(self, bugs=(), planner_command=None)
+
+    def with_bugs(self, bugs: Sequence[str]) -> Target:
+        return replace(self, bugs=tuple(sorted(dict.fromkeys(bugs))))
+
+    def with_planner(self, command: str | None, scope: str | None = None) -> Target:
+        return replace(self, planner_command=command or None, planner_scope=scope or self.planner_scope)
+
+    def label(self) -> str:
+        """How a person names this target in one line: ``bundled``, ``bundled AGENT_BUGS=x``, ``my-agent …``."""
+        words = [self.name]
+        if self.bugs:
+            words.append(f"AGENT_BUGS={','.join(self.bugs)}")
+        if self.planner_command:
+            words.append(f"planner-cmd={self.planner_command!r}"
+                         + (f" ({self.planner_scope})" if self.planner_scope != "recovery" else ""))
+        return " ".join(words)
+
+    def cli_args(self) -> list[str]:
+        """The ``chaos run``/``campaign`` options that name this target again (for reproduce lines)."""
+        out: list[str] = []
+        if self.source:
+            out += ["--target", self.source]
+        if self.bugs:
+            out += ["--agent-bugs", ",".join(self.bugs)]
+        if self.planner_command:
+            out += ["--planner-cmd", self.planner_command]
+            if self.planner_scope != "recovery":
+                out += ["--planner-scope", self.planner_scope]
+        return out
+
+    # ---- launching ---------------------------------------------------------------------------------------------
+
+    def templates(self) -> list[tuple[str, tuple[str, ...]]]:
+        merged = dict(DEFAULT_LAUNCH)
+        merged.update(dict(self.launch))
+        return [(k, merged[k]) for k in LAUNCH_KEYS if k in merged]
+
+    def template(self, key: str) -> tuple[str, ...] | None:
+        return dict(self.templates()).get(key)
+
+    def argv(self, key: str, *, flags: Sequence[str] = (), **values: str) -> tuple[str, ...]:
+        """The argv of command ``key`` with ``{command}``/``{flags}`` spliced in and ``values`` substituted.
+
+        ``{session}`` and ``{restart}`` stay for the supervisor (the path the hello announced) and the restart
+        launcher (the scenario's restart flags after the first kill)."""
+        template = self.template(key)
+        if not template:
+            raise TargetError(f"target {self.name}: has no {key!r} command")
+        out: list[str] = []
+        for word in template:
+            if word == "{command}":
+                out += self.command
+            elif word == "{flags}":
+                out += flags
+            elif word in ("{session}", "{restart}"):
+                out.append(word)
+            else:
+                for name, value in values.items():
+                    word = word.replace("{" + name + "}", value)
+                out.append(word)
+        return tuple(out)
+
+    def environment(self) -> dict[str, str]:
+        """What every launch of this target gets on top of the case's own variables."""
+        env = dict(self.env)
+        # Always set, also to "": a case that asked for the correct agent must never inherit the harness's own.
+        env["AGENT_BUGS"] = ",".join(self.bugs)
+        if self.planner_command:
+            env["AGENT_PLANNER_CMD"] = self.planner_command
+            env["AGENT_PLANNER_SCOPE"] = self.planner_scope
+        else:
+            env["AGENT_PLANNER_CMD"] = ""
+        return env
+
+    def planner_argv(self) -> tuple[str, ...] | None:
+        """The implementation's recovery planner as a ``CMD plan LOG CURRENT`` prefix with placeholders, or None.
+
+        A foreign planner (``planner_command``) when there is one, else the target's own ``plan`` command."""
+        if self.planner_command:
+            return (*shlex.split(self.planner_command), "plan", "{log}", "{current}")
+        if not self.template("plan"):
+            return None
+        return self.argv("plan", log="{log}", current="{current}")
+
+    # ---- recording -----------------------------------------------------------------------------------------------
+
+    def portable_command(self) -> list[str]:
+        return [PYTHON if part == sys.executable else part for part in self.command]
+
+    def to_json(self) -> dict[str, Any]:
+        """The whole target as JSON (this interpreter's path recorded as ``{python}``)."""
+        return {
+            "name": self.name, "kind": self.kind, "command": self.portable_command(),
+            "launch": {k: list(v) for k, v in self.launch}, "env": dict(self.env), "bugs": list(self.bugs),
+            "configuration_flags": self.configuration_flags, "planner_command": self.planner_command,
+            "planner_scope": self.planner_scope, "invariants": list(self.invariants), "effects": self.effects,
+            "model": self.model, "settled_exits": list(self.settled_exits), "blocked_exit": self.blocked_exit,
+            "locked_exit": self.locked_exit, "source": self.source,
+        }
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any] | None) -> Target:
+        """The inverse of ``to_json`` (also accepts round 1's agent dicts: command, env pairs, bugs, bundled)."""
+        if not value:
+            return cls()
+        v = dict(value)
+        command = tuple(sys.executable if p == PYTHON else str(p) for p in v.get("command") or ()) or cls().command
+        env = v.get("env") or {}
+        env_pairs = tuple(sorted(env.items())) if isinstance(env, Mapping) else tuple(tuple(p) for p in env)
+        launch = v.get("launch") or {}
+        known = {f.name for f in fields(cls)}
+        kwargs: dict[str, Any] = {k: v[k] for k in known & set(v) if k not in (
+            "command", "env", "launch", "bugs", "invariants", "settled_exits")}
+        if "bundled" in v and "configuration_flags" not in v:  # round-1 agent dict
+            kwargs["configuration_flags"] = bool(v["bundled"])
+        if "config" in v and "source" not in v:
+            kwargs["source"] = v["config"]
+        return cls(command=command, env=env_pairs,
+                   launch=tuple((k, tuple(a)) for k, a in launch.items()),
+                   bugs=tuple(v.get("bugs") or ()), invariants=tuple(v.get("invariants") or INVARIANTS),
+                   settled_exits=tuple(v.get("settled_exits") or (0, 3, 4, 130)), **kwargs)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Loading a target file
+
+
+_FILE_KEYS = ("name", "kind", "protocol", "command", "launch", "env", "configuration_flags", "planner_command",
+              "planner_scope", "invariants", "effects", "model", "exits")
+
+
+def load_target(path: str | Path) -> Target:
+    """Read ``--target FILE.toml``; every problem at once as ``file: key: message`` lines (``TargetError``).
+
+    Relative paths in ``command`` (``./x``, ``../x``) are relative to the file, so a target works from any
+    directory. docs/targets.md documents every key with an example."""
+    path = Path(path)
+    try:
+        text = path.read_bytes().decode("utf-8")
+        data = tomllib.loads(text)
+    except FileNotFoundError:
+        raise TargetError(f"{path}: no such target file") from None
+    except IsADirectoryError:
+        raise TargetError(f"{path}: is a directory, not a target file") from None
+    except OSError as exc:
+        raise TargetError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise TargetError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise TargetError(f"{path}: toml: {exc}") from None
+    except RecursionError:
+        raise TargetError(f"{path}: toml: nested too deeply") from None
+    problems: list[str] = []
+
+    def bad(key: str, message: str) -> None:
+        problems.append(f"{path}: {key}: {message}")
+
+    unknown = sorted(set(data) - set(_FILE_KEYS))
+    if unknown:
+        bad(unknown[0], f"unknown key (expected some of {', '.join(_FILE_KEYS)})")
+    kind = data.get("kind", "contract")
+    if kind not in KINDS:
+        bad("kind", f"{kind!r}: expected one of {', '.join(KINDS)}")
+    if data.get("protocol", 1) != 1:
+        bad("protocol", f"this harness speaks checkpoint protocol 1, not {data.get('protocol')!r}")
+    command = data.get("command")
+    if not _strings(command) or not command:
+        bad("command", "a non-empty list of strings (the argv prefix) is required")
+        command = ["false"]
+    env = data.get("env", {})
+    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+        bad("env", "must be a table of strings")
+        env = {}
+    launch = data.get("launch", {})
+    if not isinstance(launch, dict):
+        bad("launch", "must be a table of argv templates")
+        launch = {}
+    for key, argv in launch.items():
+        if key not in LAUNCH_KEYS:
+            bad(f"launch.{key}", f"unknown command (expected some of {', '.join(LAUNCH_KEYS)})")
+        elif not _strings(argv) or not argv:
+            bad(f"launch.{key}", "must be a non-empty list of strings")
+        else:
+            odd = [w for w in argv if w.startswith("{") and w.endswith("}") and w not in _PLACEHOLDERS
+                   and w != PYTHON]
+            if odd:
+                bad(f"launch.{key}", f"unknown placeholder {odd[0]} (known: {', '.join(sorted(_PLACEHOLDERS))})")
+    flags = data.get("configuration_flags", False)
+    if not isinstance(flags, bool):
+        bad("configuration_flags", "must be true or false")
+    planner = data.get("planner_command")
+    if planner is not None and (not isinstance(planner, str) or not planner.strip()):
+        bad("planner_command", "must be a non-empty command line")
+    scope = data.get("planner_scope", "recovery")
+    if scope not in PLANNER_SCOPES:
+        bad("planner_scope", f"{scope!r}: expected recovery or all")
+    invariants = data.get("invariants", list(INVARIANTS))
+    if not _strings(invariants) or not invariants:
+        bad("invariants", "must be a non-empty list of invariant names")
+        invariants = list(INVARIANTS)
+    for name in invariants:
+        if name not in INVARIANTS:
+            bad("invariants", f"unknown invariant {name!r} (known: {', '.join(INVARIANTS)})")
+    if data.get("effects", "witness-file") != "witness-file":
+        bad("effects", "only \"witness-file\" is supported (CHAOS_WITNESS)")
+    if data.get("model", "openai-chat") != "openai-chat":
+        bad("model", "only \"openai-chat\" is supported (OPENAI_BASE_URL, chat completions)")
+    exits = data.get("exits", {})
+    if not isinstance(exits, dict) or set(exits) - {"settled", "blocked", "locked"}:
+        bad("exits", "a table with settled (list of codes), blocked and locked (codes)")
+        exits = {}
+    settled = exits.get("settled", [0, 3, 4, 130])
+    if not isinstance(settled, list) or not all(isinstance(c, int) for c in settled):
+        bad("exits.settled", "must be a list of exit codes")
+        settled = [0]
+    for key in ("blocked", "locked"):
+        if key in exits and not isinstance(exits[key], int):
+            bad(f"exits.{key}", "must be an exit code")
+    if problems:
+        raise TargetError(problems)
+    base = path.resolve().parent
+    argv = tuple(str((base / a).resolve()) if a.startswith(("./", "../")) else a for a in command)
+    merged = {k: tuple(v) for k, v in launch.items()}
+    if not flags:
+        # Not bundled-shaped: `plan`, `bugs` and `describe` exist only when the file names them (an empty template
+        # means "not offered"); run/resume/abort/compact keep the bundled agent's verbs unless replaced.
+        for key in ("plan", "bugs", "describe"):
+            merged.setdefault(key, ())
+    return Target(
+        name=str(data.get("name", path.stem)), kind=kind, command=argv,
+        launch=tuple((k, v) for k, v in merged.items()), env=tuple(sorted(env.items())),
+        configuration_flags=flags, planner_command=planner.strip() if planner else None, planner_scope=scope,
+        invariants=tuple(invariants), settled_exits=tuple(settled), blocked_exit=exits.get("blocked", 3),
+        locked_exit=exits.get("locked", 6), source=str(path.resolve()),
+    )
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(a, str) and a for a in value)
+
+
+def agent_source_digest() -> str:
+    """The digest of the bundled agent's source files (an edited agent must not reuse cached kill points)."""
+    global _SOURCE_DIGEST
+    if _SOURCE_DIGEST is None:
+        h = hashlib.sha256()
+        root = REPO / "agent"
+        for p in sorted(root.rglob("*.py")):
+            h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes())
+        _SOURCE_DIGEST = h.hexdigest()
+    return _SOURCE_DIGEST
+
+
+_SOURCE_DIGEST: str | None = None
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Asking the target (never importing it)
+
+
+_ANSWERS: dict[tuple, Any] = {}
+
+
+def _ask(target: Target, key: str, *, flags: Sequence[str] = (), environ: Mapping[str, str] | None = None,
+         workspace: str | None = None) -> Any | None:
+    """Run the target's ``key`` command and parse its stdout as JSON; None when the target does not offer it."""
+    template = target.template(key)
+    if not template:
+        return None
+    workspace = workspace or os.getcwd()
+    argv = target.argv(key, flags=flags, workspace=workspace)
+    env = {**os.environ, **(environ or {}), **target.correct().environment()}
+    env.pop("CHAOS_CONTROL", None)  # a question is not a case: no checkpoint channel
+    memo = (argv, tuple(sorted(env.get(k, "") for k in ("AGENT_ENVIRONMENT_IDENTITY",))))
+    if memo in _ANSWERS:
+        return _ANSWERS[memo]
+    try:
+        proc = subprocess.run(list(argv), env=env, capture_output=True, timeout=60, stdin=subprocess.DEVNULL,
+                              cwd=workspace)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise TargetError(f"target {target.name}: `{shlex.join(argv)}` could not run: {exc}") from None
+    if proc.returncode != 0:
+        tail = proc.stderr.decode(errors="replace").strip().splitlines()[-1:] or [""]
+        raise TargetError(f"target {target.name}: `{shlex.join(argv)}` exited {proc.returncode}: {tail[0]}")
+    try:
+        answer = json.loads(proc.stdout)
+    except ValueError:
+        raise TargetError(f"target {target.name}: `{shlex.join(argv)}` did not print JSON") from None
+    _ANSWERS[memo] = answer
+    return answer
+
+
+def known_bugs(target: Target) -> dict[str, dict[str, str]]:
+    """The target's known-bug switches in its order, name → ``{"layer": "planner"|"executor", "description"}``,
+    from its ``bugs`` command (``python -m agent bugs --json`` for the bundled agent)."""
+    answer = _ask(target, "bugs")
+    if answer is None:
+        return {}
+    if not isinstance(answer, list) or not all(isinstance(b, Mapping) and isinstance(b.get("name"), str)
+                                               for b in answer):
+        raise TargetError(f"target {target.name}: its bugs command must print a JSON list of {{name, layer}}")
+    return {b["name"]: {"layer": str(b.get("layer", "")), "description": str(b.get("description", ""))}
+            for b in answer}
+
+
+def check_bugs(target: Target, bugs: Sequence[str]) -> tuple[str, ...]:
+    """``bugs`` sorted, or ``TargetError`` naming every switch the target does not have (a typo must never make a
+    run "pass" with the correct implementation)."""
+    if not bugs:
+        return ()
+    offered = known_bugs(target)
+    unknown = [b for b in bugs if b not in offered]
+    if unknown:
+        listing = ", ".join(offered) or "none"
+        raise TargetError(f"unknown bug switch {', '.join(unknown)} for target {target.name} (it offers: {listing})")
+    return tuple(sorted(dict.fromkeys(bugs)))
+
+
+@dataclass(frozen=True)
+class Description:
+    """What ``describe`` says: the tools it can offer (request elements), its compaction prompt, and the
+    CurrentConfiguration (SPEC §8.7 plus ``snapshot``) a launch with the given flags runs with."""
+
+    tools: tuple[dict, ...] = ()
+    summary_prompt: str | None = None
+    current: dict | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def tool_names(self) -> tuple[str, ...]:
+        return tuple(t.get("function", {}).get("name", "") for t in self.tools)
+
+
+def describe(target: Target, flags: Sequence[str] = (), *, environ: Mapping[str, str] | None = None,
+             workspace: str | None = None) -> Description | None:
+    """The target's ``describe`` answer for ``flags`` (memoised per process), or None when it offers none."""
+    if not target.configuration_flags:
+        return None
+    answer = _ask(target, "describe", flags=flags, environ=environ, workspace=workspace)
+    if answer is None:
+        return None
+    if not isinstance(answer, Mapping):
+        raise TargetError(f"target {target.name}: its describe command must print a JSON object")
+    return Description(tools=tuple(answer.get("tools") or ()), summary_prompt=answer.get("summarySystemPrompt"),
+                       current=answer.get("current"), extra=dict(answer))
+
+
+def resolve_target(path: str | None = None, *, bugs: str | Sequence[str] = "", planner_command: str | None = None,
+                   planner_scope: str | None = None) -> Target:
+    """The one place a front end (CLI, pytest plugin, mutants) builds its target: the file (default: the bundled
+    agent), then the known-bug switches (checked against what the target offers) and a foreign planner on top."""
+    target = load_target(path) if path else Target()
+    names = [b.strip() for b in bugs.split(",")] if isinstance(bugs, str) else list(bugs)
+    names = [b for b in names if b]
+    if planner_scope is not None and planner_scope not in PLANNER_SCOPES:
+        raise TargetError(f"planner scope {planner_scope!r}: expected recovery or all")
+    if planner_command is not None and not planner_command.strip():
+        raise TargetError("planner command: must not be empty")
+    if planner_command:
+        try:
+            shlex.split(planner_command)
+        except ValueError as exc:
+            raise TargetError(f"planner command {planner_command!r}: {exc}") from None
+    target = target.with_bugs(check_bugs(target, names))
+    if planner_command or planner_scope:
+        target = target.with_planner(planner_command or target.planner_command, planner_scope)
+    return target

@@ -1,0 +1,108 @@
+"""Unit tests of chaos.divergence: plan descriptions, signatures, and the comparison with the reference planner."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from chaos.divergence import Divergence, ask_plan, compare, describe_plan, first_divergence, signature
+from chaos.target import Target
+
+CONTRACT = Path(__file__).resolve().parents[3].parent / "shared" / "session-contract"
+
+
+def fixture(name: str):
+    """(log bytes, reduced state, current configuration) of a planner fixture of the contract corpus."""
+    from agent.session.reducer import reduce_session
+
+    data = json.loads((CONTRACT / "planner-fixtures" / f"{name}.json").read_text(encoding="utf-8"))
+    log = (CONTRACT / "fixtures" / data["sessionFile"]).read_bytes()
+    expected = json.loads((CONTRACT / "planner-fixtures" / f"{name}.expected.json").read_text(encoding="utf-8"))
+    return log, reduce_session(log), data["current"], expected
+
+
+STATE = {"operation": {"step": {"settledEntryId": "A2"}},
+         "transcript": [{"role": "user", "content": "x"},
+                        {"role": "assistant", "content": None,
+                         "tool_calls": [{"id": "c", "function": {"name": "read", "arguments": "{}"}}]},
+                        {"role": "tool", "tool_call_id": "c", "content": "ok"},
+                        {"role": "assistant", "content": "done"}]}
+
+
+class TestDescribePlan:
+    @pytest.mark.parametrize("plan, words", [
+        ({"type": "finish", "outcome": "completed", "completion": "normal"}, "finish completed"),
+        ({"type": "finish", "outcome": "completed", "completion": "truncated"}, "finish completed (truncated)"),
+        ({"type": "finish", "outcome": "failed", "error": {"code": "empty_response"}}, "finish failed empty_response"),
+        ({"type": "startStep", "stepKind": "assistant", "attempt": 2}, "startStep assistant attempt 2"),
+        ({"type": "blocked", "reason": "attempts_exhausted"}, "blocked attempts_exhausted"),
+        ({"type": "closeAttempt", "error": {"code": "aborted"}}, "closeAttempt aborted"),
+        (None, "no plan"),
+    ])
+    def test_plans_in_a_few_words(self, plan, words):
+        """Each plan type is described by its type and the members that tell plans apart."""
+        assert describe_plan(STATE, plan) == words
+
+    def test_a_stale_call_is_named_as_such(self):
+        """A startTool for a call the current assistant message does not have says so."""
+        plan = {"type": "startTool", "mode": "start", "assistantEntryId": "A2", "toolIndex": 0, "toolName": "read"}
+        assert describe_plan(STATE, plan) == ("startTool read#0, not a call of the current assistant message "
+                                              "(it has none)")
+
+    def test_an_earlier_assistant_entry_is_named(self):
+        """A plan naming another assistant entry than the current step's says it is an earlier message's."""
+        plan = {"type": "startTool", "mode": "replay", "assistantEntryId": "A1", "toolIndex": 0, "toolName": "read"}
+        assert describe_plan(STATE, plan) == "startTool read#0 (replay) of an earlier assistant message"
+
+    def test_signature_puts_reference_first(self):
+        """The signature reads `reference RULE PLAN; implementation PLAN`."""
+        text = signature(STATE, "P5.2", {"type": "finish", "outcome": "completed"}, None, "no plan (exit 3)")
+        assert text == "reference P5.2 finish completed; implementation no plan (exit 3)"
+
+
+class TestCompare:
+    def test_the_reference_plan_does_not_diverge(self):
+        """The fixture's own expected plan agrees with the reference planner."""
+        _, state, current, expected = fixture("retry-attempt")
+        assert compare(state, current, expected) is None
+
+    def test_another_plan_diverges_with_the_reference_rule(self):
+        """Any other plan is a divergence naming the reference rule and both plans."""
+        _, state, current, expected = fixture("retry-attempt")
+        found = compare(state, current, {"type": "blocked", "reason": "attempts_exhausted"}, kill=2, fault="f")
+        assert isinstance(found, Divergence) and found.reference_rule == "P3.3" and found.reference == expected
+        assert found.signature.startswith("reference P3.3 startStep assistant attempt 2; implementation blocked")
+        assert Divergence.from_json(json.loads(json.dumps(found.to_json()))) == found
+
+    def test_no_plan_is_a_divergence(self):
+        """An implementation that gave no plan diverges, with the reason instead of a plan."""
+        _, state, current, _ = fixture("finish-idle")
+        found = compare(state, current, None, failure="no plan (exit 3: boom)")
+        assert found is not None and found.signature.endswith("implementation no plan (exit 3: boom)")
+
+
+class TestAskPlan:
+    def test_the_bundled_planner_answers_the_reference_plan(self):
+        """`python -m agent plan` on a fixture prints the fixture's expected plan."""
+        log, _, current, expected = fixture("replay-safe-tool")
+        plan, failure = ask_plan((sys.executable, "-m", "agent", "plan", "{log}", "{current}"), log, current,
+                                 {"PATH": "/usr/bin:/bin"})
+        assert failure is None and plan == expected
+
+    def test_a_failing_command_says_why(self, tmp_path):
+        """A command that exits non-zero gives no plan and its last stderr line."""
+        script = tmp_path / "p.py"
+        script.write_text("import sys\nsys.stderr.write('cannot plan this\\n')\nsys.exit(3)\n")
+        log, _, current, _ = fixture("finish-idle")
+        plan, failure = ask_plan((sys.executable, str(script), "{log}", "{current}"), log, current, {})
+        assert plan is None and failure == "no plan (exit 3: cannot plan this)"
+
+
+class TestFirstDivergence:
+    def test_a_target_without_a_plan_command_is_not_asked(self):
+        """first_divergence returns None when the target offers no planner to ask."""
+        target = Target(launch=(("plan", ()),), configuration_flags=False, name="foreign")
+        assert first_divergence(target, object()) is None

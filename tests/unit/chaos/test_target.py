@@ -1,0 +1,158 @@
+"""Unit tests of chaos.target: the one Target, its file format, argv templates, recording and cache identity."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from chaos.cache import BaselineCache
+from chaos.target import INVARIANTS, Target, TargetError, load_target, resolve_target
+
+
+def write(tmp_path, text: str, name: str = "t.toml"):
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+class TestLoadTarget:
+    def test_reads_command_env_launch_and_planner(self, tmp_path):
+        """A target file gives the argv prefix (relative paths resolved), env, templates, planner and invariants."""
+        path = write(tmp_path, 'name = "mine"\ncommand = ["python3", "./agent.py"]\nenv = { X = "1" }\n'
+                               'planner_command = "python3 -m agent"\nplanner_scope = "all"\n'
+                               'invariants = ["log-reduces", "converges"]\n'
+                               '[launch]\nresume = ["{command}", "recover", "{session}"]\n')
+        target = load_target(path)
+        assert target.command == ("python3", str(tmp_path / "agent.py")) and target.env == (("X", "1"),)
+        assert target.name == "mine" and target.source == str(path.resolve()) and not target.bundled
+        assert target.planner_command == "python3 -m agent" and target.planner_scope == "all"
+        assert target.invariants == ("log-reduces", "converges")
+        assert target.argv("resume") == ("python3", str(tmp_path / "agent.py"), "recover", "{session}")
+
+    def test_a_foreign_target_offers_no_plan_bugs_or_describe_unless_named(self, tmp_path):
+        """Without configuration_flags, plan/bugs/describe exist only when the file names them."""
+        target = load_target(write(tmp_path, 'command = ["x"]\n'))
+        assert not target.template("bugs") and not target.template("describe") and target.planner_argv() is None
+        assert target.argv("run", flags=["--model", "m"], session_dir="S", workspace="W", prompt="P")[:2] == ("x", "run")
+
+    def test_every_problem_is_listed(self, tmp_path):
+        """A bad file names each problem: missing command, wrong protocol, unknown keys, invariants, templates."""
+        path = write(tmp_path, 'protocol = 2\nsession = "x"\ninvariants = ["nope"]\nplanner_scope = "some"\n'
+                               '[launch]\nresume = ["{command}", "{sesion}"]\nwhatever = ["a"]\n')
+        with pytest.raises(TargetError) as info:
+            load_target(path)
+        text = "\n".join(info.value.messages)
+        for word in ("command", "protocol", "session", "nope", "planner_scope", "{sesion}", "launch.whatever"):
+            assert word in text
+
+    @pytest.mark.parametrize("content, expected", [
+        (b"command = [", "toml"),
+        (b"\xff\xfe", "not UTF-8"),
+        (b"a = " + b"[" * 2000 + b"]" * 2000, "t.toml"),
+    ])
+    def test_unreadable_files_are_one_line(self, tmp_path, content, expected):
+        """A syntax error, non-UTF-8 bytes or absurd nesting is one line naming the file."""
+        path = tmp_path / "t.toml"
+        path.write_bytes(content)
+        with pytest.raises(TargetError) as info:
+            load_target(path)
+        assert len(info.value.messages) == 1 and expected in info.value.messages[0]
+
+    def test_missing_and_directory(self, tmp_path):
+        """A missing file and a directory are one line each."""
+        with pytest.raises(TargetError, match="no such target file"):
+            load_target(tmp_path / "none.toml")
+        with pytest.raises(TargetError, match="is a directory"):
+            load_target(tmp_path)
+
+
+class TestTarget:
+    def test_the_default_target_is_the_bundled_agent(self):
+        """Target() launches the bundled agent with this interpreter and every invariant applies."""
+        target = Target()
+        assert target.bundled and target.command == (sys.executable, "-m", "agent")
+        assert target.invariants == INVARIANTS and target.configuration_flags
+
+    def test_templates_splice_command_and_flags(self):
+        """{command} and {flags} become several words; {session} and {restart} stay for the supervisor."""
+        argv = Target().argv("run_again", flags=["--model", "m"], prompt="hi")
+        assert argv == (sys.executable, "-m", "agent", "run", "--session", "{session}", "--model", "m", "{restart}",
+                        "hi")
+
+    def test_environment_sets_switches_and_planner_always(self):
+        """AGENT_BUGS and AGENT_PLANNER_CMD are always set, to empty for the correct agent (never inherited)."""
+        assert Target().environment() == {"AGENT_BUGS": "", "AGENT_PLANNER_CMD": ""}
+        env = Target(bugs=("a", "b")).with_planner("p -m x", "all").environment()
+        assert env == {"AGENT_BUGS": "a,b", "AGENT_PLANNER_CMD": "p -m x", "AGENT_PLANNER_SCOPE": "all"}
+
+    def test_round_trip_records_the_whole_target(self, tmp_path):
+        """to_json/from_json keep every field, with this interpreter written as {python}."""
+        target = load_target(write(tmp_path, 'command = ["x"]\nenv = { A = "1" }\nconfiguration_flags = true\n'))
+        target = target.with_bugs(["s"]).with_planner("cmd plan", "all")
+        data = json.loads(json.dumps(target.to_json()))
+        assert Target.from_json(data) == target
+        assert Target().to_json()["command"][0] == "{python}" and Target.from_json(Target().to_json()) == Target()
+
+    def test_correct_drops_switches_and_planner(self):
+        """The baseline's target has no switch and no foreign planner."""
+        target = Target(bugs=("x",)).with_planner("p")
+        assert target.correct() == Target()
+
+    def test_cache_key_ignores_switches_but_not_launch(self, tmp_path):
+        """Kill points are keyed by the correct target: switches and planner leave the key alone, templates do not."""
+        base = Target()
+        assert base.key() == Target(bugs=("x",)).with_planner("p").key()
+        assert base.key(with_bugs=True) != Target(bugs=("x",)).key(with_bugs=True)
+        other = load_target(write(tmp_path, 'command = ["x"]\n'))
+        assert other.key() != base.key()
+
+    def test_plugin_and_campaign_share_one_stem(self, tmp_path):
+        """The baseline cache names an entry the same way for every front end (format suffix included)."""
+        a = BaselineCache(tmp_path, Target()).stem("s", "d")
+        b = BaselineCache(tmp_path, Target(bugs=("x",))).stem("s", "d")
+        assert a == b and a.endswith("-v1")
+
+    def test_cli_args_name_the_target_again(self, tmp_path):
+        """cli_args gives the options that rebuild the same target on the command line."""
+        target = load_target(write(tmp_path, 'command = ["x"]\n')).with_bugs(["b"]).with_planner("p q", "all")
+        assert target.cli_args() == ["--target", target.source, "--agent-bugs", "b", "--planner-cmd", "p q",
+                                     "--planner-scope", "all"]
+
+
+class TestResolveTarget:
+    def test_bad_planner_command_is_a_usage_error(self):
+        """An unterminated quote in --planner-cmd is one line."""
+        with pytest.raises(TargetError, match="planner command"):
+            resolve_target(planner_command="python3 'oops")
+
+    def test_a_foreign_target_without_switches_refuses_any(self, tmp_path):
+        """Asking a target that lists no switch for one is refused, naming the switch."""
+        path = write(tmp_path, 'command = ["x"]\n')
+        with pytest.raises(TargetError, match="unknown bug switch nosuch"):
+            resolve_target(str(path), bugs="nosuch")
+
+
+class TestAskingTheTarget:
+    def test_the_scenario_tool_list_is_what_the_bundled_target_describes(self):
+        """Scenario validation's tool names equal the bundled target's described tools (no import of the agent)."""
+        from chaos.scenario import KNOWN_TOOLS
+        from chaos.target import describe
+
+        assert describe(Target()).tool_names == KNOWN_TOOLS
+
+    def test_known_bugs_are_asked_from_the_target(self):
+        """The bundled target lists its switches with their layer through `bugs --json`."""
+        from chaos.target import known_bugs
+
+        bugs = known_bugs(Target())
+        assert bugs["stale-assistant-calls"]["layer"] == "planner"
+        assert bugs["effect-before-intent"]["layer"] == "executor" and len(bugs) == 10
+
+    def test_a_target_that_prints_no_json_is_one_line(self, tmp_path):
+        """A bugs command that prints garbage gives a TargetError naming the command."""
+        path = write(tmp_path, f'command = ["{sys.executable}", "-c", "print(1+)"]\n'
+                               '[launch]\nbugs = ["{command}"]\n')
+        with pytest.raises(TargetError, match="exited 1"):
+            resolve_target(str(path), bugs="x")
