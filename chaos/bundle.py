@@ -36,7 +36,6 @@ import datetime
 import hashlib
 import json
 import math
-import os
 import re
 import shlex
 import shutil
@@ -50,6 +49,7 @@ from typing import Any
 
 from chaos.errors import ChaosError
 from chaos.files import write_atomic
+from chaos.status import FAIL, PASS
 
 BUNDLE_FORMAT = "killpoint-bundle/1"
 BUNDLE_FILE = "bundle.json"
@@ -259,7 +259,6 @@ def _write_repro_sh(dest: Path, data: Mapping[str, Any]) -> None:
 def _readme(data: Mapping[str, Any]) -> str:
     from chaos.report.summary import git_of
 
-    bugs = data["environment"].get("AGENT_BUGS")
     target = target_of(data)
     prov = data["provenance"]
     git = git_of(prov.get("versions") or {})
@@ -411,9 +410,9 @@ class Reproduction:
 def failing_names(result: Any) -> list[str]:
     """The failed invariants of a ``CaseResult``; its status when the supervisor verdict prevented judging."""
     names = [r.name for r in result.invariants if not r.ok]
-    if not names and result.status not in ("pass", "fail"):
+    if not names and result.status not in (PASS, FAIL):
         names = [result.status]
-    if not names and result.status == "fail":
+    if not names and result.status == FAIL:
         names = ["agent-exit"]  # every invariant held but the agent did not settle (the campaign's name for it)
     return names
 
@@ -430,7 +429,7 @@ def reproduce(bundle: Bundle, work_dir: str | Path, *, keep: str = "failing") ->
         return Reproduction(DIFFERENT, baseline, None, failed,
                             f"the crash-free baseline no longer passes ({', '.join(failed)}): the case cannot be judged")
     result = run_case(bundle.scenario, bundle.schedule, work_dir=work, target=target, baseline=baseline, keep=keep)
-    failing = failing_names(result) if result.status != "pass" else []
+    failing = failing_names(result) if result.status != PASS else []
     recorded = bundle.invariants
     again = [name for name in failing if name in recorded]
     if again:

@@ -33,10 +33,8 @@ import json
 import os
 import platform
 import subprocess
-import sys
 import tempfile
 import time
-import tomllib
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -55,7 +53,8 @@ from chaos.schedules.exhaustive import Exhaustive
 from chaos.schedules.random import Random
 from chaos.schedules.torn import Torn
 from chaos.target import Target
-from chaos.workers import ERROR, FAIL, FLAKY, NOT_REACHED, PASS, WorkerConfig, WorkerPool
+from chaos.status import ERROR, FAIL, FLAKY, NOT_REACHED, PASS
+from chaos.workers import WorkerConfig, WorkerPool
 
 RESULT = "result.json"
 REGRESSION_TAG = "regression"

@@ -50,11 +50,10 @@ from chaos.fakellm import ScriptedServer
 from chaos.process import AgentProcess, Launcher, SubprocessLauncher, kill_processes, session_members
 from chaos.records import CaseRun
 from chaos.supervisor import SESSION, AgentCommand, Limits, Step, Supervisor, SupervisorError
+from chaos.status import FAIL, PASS
 from chaos.target import Target, TargetError, describe
 
 RESTART = "{restart}"  # argv token: the scenario's restart flags after the first kill, nothing before
-PASS = "pass"
-FAIL = "fail"
 # Supervisor verdicts after which the files say nothing reliable about the agent: no oracle, the verdict is the status.
 _NO_ORACLE = {records.HANG, records.PROTOCOL_ERROR, records.LAUNCH_ERROR, records.NOT_APPLICABLE, records.NOT_REACHED}
 # Which fact names a transaction's kill point: its record type when it has one (what the transaction *does*), else
@@ -414,7 +413,13 @@ def execute_case(scenario, schedule, *, work_dir: Path, target: Target, baseline
     finally:
         requests = srv.remove_case(key)
 
-    result = CaseResult(cid, scenario.name, [str(f) for f in run.schedule], "", run.verdict, run.detail,
+    detail = run.detail
+    if run.verdict.startswith("exit:") and int(run.verdict[5:]) not in command.settled_exits and run.launches:
+        # An unsettled exit (70: a rejected transaction, 8: the planner command failed…) is explained by the
+        # agent's own last words: its stderr tail goes with the verdict into every report.
+        tail = _tail(run.launches[-1].stderr)
+        detail = f"{detail}; stderr: {' | '.join(tail)}" if tail else detail
+    result = CaseResult(cid, scenario.name, [str(f) for f in run.schedule], "", run.verdict, detail,
                         launches=len(run.launches), kills=len(run.kills), requests=len(requests),
                         bugs=list(target.bugs), target=target.label())
     evidence = None
@@ -462,6 +467,14 @@ def _fresh_dir(parent: Path, name: str) -> Path:
     raise SupervisorError(f"no free case directory name under {parent} for {name}")
 
 
+def _tail(path: str | None, lines: int = 6) -> list[str]:
+    """The last ``lines`` non-blank lines of a launch's stderr file (empty when it is gone)."""
+    if not path:
+        return []
+    text = _read(path).decode("utf-8", errors="replace")
+    return [line.strip() for line in text.splitlines() if line.strip()][-lines:]
+
+
 def _read(path: str | Path) -> bytes:
     try:
         return Path(path).read_bytes()
@@ -485,7 +498,7 @@ def _probe(argv: list[str], session: str, env: Mapping[str, str], case_dir: Path
         kill_processes(lambda: session_members(proc.session_id), limits.kill_seconds)
         proc.close()
     after = _read(session)
-    return oracle.Probe(code, out.read_text(errors="replace"), oracle._sha(before), oracle._sha(after), len(before),
+    return oracle.Probe(code, out.read_text(errors="replace"), oracle.sha(before), oracle.sha(after), len(before),
                         len(after))
 
 

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -46,7 +45,7 @@ from typing import Any
 from chaos import campaign as cp
 from chaos.errors import ChaosError
 from chaos.files import write_atomic
-from chaos.workers import NOT_REACHED, PASS
+from chaos.status import FAIL, FLAKY, NOT_REACHED, PASS
 
 # The few library scenarios `--fast` campaigns exhaustively: the motivating read-then-answer shape (stale calls), a
 # `never` tool with a witnessed effect, and the smallest run. Cheap (40 cases), and between them they reach every
@@ -188,7 +187,6 @@ class Detection:
         """The first failure of ``records`` whose case id is not in ``shared`` (cases the correct agent did not
         pass: a failure both agents have says nothing about the switch)."""
         from chaos.bundle import bundle_dir
-        from chaos.workers import FAIL
 
         for n, record in enumerate(records, 1):
             if record.get("status") != FAIL or record["id"] in shared:
@@ -233,7 +231,7 @@ class AgentRun:
     def clean(self) -> bool:
         """No failure, no flaky failure, no harness error, every baseline sound: what the correct agent must show."""
         c = self.cases
-        return (self.baselines_ok and not self.interrupted and not c.get("fail") and not c.get("flaky")
+        return (self.baselines_ok and not self.interrupted and not c.get(FAIL) and not c.get(FLAKY)
                 and not c.get("error"))
 
     def to_json(self) -> dict[str, Any]:

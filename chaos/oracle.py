@@ -619,7 +619,7 @@ def normalize_log(data: bytes) -> list[list[dict]]:
     return out
 
 
-def _sha(data: bytes) -> str:
+def sha(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 

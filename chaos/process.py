@@ -165,7 +165,7 @@ class PopenProcess:
         tree = _descendants(self.pid)
         report = KillReport()
         if self._popen.returncode is None:
-            report.killed.append(_info(self.pid))
+            report.killed.append(proc_info(self.pid))
             self._popen.send_signal(signal.SIGKILL)  # first the leader: it is the process paused at the barrier
         rest = kill_processes(
             lambda: [*tree, *session_members(self.session_id)],
@@ -175,7 +175,7 @@ class PopenProcess:
         report.killed += rest.killed
         report.survivors += rest.survivors
         if self._popen.returncode is None:
-            report.survivors.append(_info(self.pid))
+            report.survivors.append(proc_info(self.pid))
         return report
 
     def exit_fd(self) -> int | None:
@@ -187,7 +187,7 @@ class PopenProcess:
             self._pidfd = None
 
 
-def _info(pid: int) -> ProcInfo:
+def proc_info(pid: int) -> ProcInfo:
     try:
         p = psutil.Process(pid)
         with p.oneshot():
@@ -232,7 +232,7 @@ def session_members(session_id: int, exclude: Iterable[int] = ()) -> list[psutil
 
 def stragglers(session_id: int) -> list[ProcInfo]:
     """The processes of the session still alive (the leader excluded: the caller knows whether it is reaped)."""
-    return [_info(p.pid) for p in session_members(session_id)]
+    return [proc_info(p.pid) for p in session_members(session_id)]
 
 
 def kill_processes(find, timeout: float, leader_done=lambda: True) -> KillReport:
@@ -249,7 +249,7 @@ def kill_processes(find, timeout: float, leader_done=lambda: True) -> KillReport
             try:
                 if pid not in seen:
                     seen.add(pid)
-                    report.killed.append(_info(pid))
+                    report.killed.append(proc_info(pid))
                 p.kill()  # psutil checks the create time first, so a recycled pid is not signalled
             except psutil.Error:
                 pass
@@ -258,6 +258,6 @@ def kill_processes(find, timeout: float, leader_done=lambda: True) -> KillReport
             return report
         if time.monotonic() > deadline:
             # Uninterruptible sleep (D state) can outlast SIGKILL; report instead of hanging the harness.
-            report.survivors = [_info(pid) for pid, p in alive.items() if _alive(p)]
+            report.survivors = [proc_info(pid) for pid, p in alive.items() if _alive(p)]
             return report
         time.sleep(0.002)

@@ -31,7 +31,6 @@ depth 1 only (depth 2, torn writes and random schedules are the campaign's night
 from __future__ import annotations
 
 import fcntl
-import json
 from pathlib import Path
 
 import pytest
@@ -257,7 +256,8 @@ class KillpointCase(pytest.Item):
     def runtest(self) -> None:
         state: _KillpointState = self.config.stash[_STATE]
         from chaos.schedules import spec_from_id
-        from chaos.workers import FAIL, NOT_REACHED, PASS, execute
+        from chaos.status import FAIL, NOT_REACHED, PASS
+        from chaos.workers import execute
 
         ctx = state.context()
         spec = spec_from_id(self.case_id, origin=self.origin, index=self.index)

@@ -43,7 +43,7 @@ import psutil
 from chaos import records
 from chaos.errors import ChaosError
 from chaos.faults import PHASES, BarrierOrderError, Fault, Matcher, format_fault, parse_schedule
-from chaos.process import AgentProcess, Launcher, SubprocessLauncher, kill_processes, session_members, _info
+from chaos.process import AgentProcess, Launcher, SubprocessLauncher, kill_processes, session_members, proc_info
 from chaos.records import Acknowledged, BarrierEvent, CaseRun, FaultRecord, Launch, Straggler
 
 PROTOCOL_VERSION = 1
@@ -591,7 +591,7 @@ class _Case:
         left = session_members(session_id)
         if not left:
             return
-        infos = {p.pid: _info(p.pid) for p in left}
+        infos = {p.pid: proc_info(p.pid) for p in left}
         kill_processes(lambda: session_members(session_id), self.limits.kill_seconds)
         for info in infos.values():
             self.run_rec.stragglers.append(

@@ -14,10 +14,12 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from chaos.case import PASS, Baseline, CaseResult
+from chaos import records
+from chaos.case import Baseline, CaseResult
+from chaos.status import FAIL, PASS
 
 MAX_FINDINGS = 8  # per invariant; the kept case directory has everything
-_STYLE = {PASS: "green", "fail": "bold red", "hang": "bold red", "kill-point-not-reached": "yellow"}
+_STYLE = {PASS: "green", FAIL: "bold red", records.HANG: "bold red", records.NOT_REACHED: "yellow"}
 
 
 def console(*, stderr: bool = False) -> Console:
@@ -63,6 +65,8 @@ def failure_details(results: Sequence[CaseResult]) -> Group:
                               f"{r.divergence['signature']}", style="bold"))
         if not r.failed:
             parts.append(Text(f"  {r.detail}"))
+        elif r.detail:
+            parts.append(Text(f"  supervisor: {r.detail}"))
         for inv in r.failed:
             parts.append(Text(f"  {inv.name}:", style="bold"))
             for finding in inv.findings[:MAX_FINDINGS]:

@@ -36,8 +36,8 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
-# Statuses of a campaign case (the report's vocabulary, chaos.report).
-PASS, FAIL, FLAKY, NOT_REACHED, ERROR = "pass", "fail", "flaky", "not-reached", "error"
+from chaos.status import ERROR, FAIL, FLAKY, NOT_REACHED, PASS
+
 _PR_SET_PDEATHSIG = 1
 
 

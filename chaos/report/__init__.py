@@ -33,12 +33,7 @@ from typing import Any
 from chaos.files import write_atomic
 
 # How a case ended, from the report's point of view.
-PASS = "pass"  # every invariant held
-FAIL = "fail"  # an invariant failed, and failed again on the re-run
-FLAKY = "flaky"  # an invariant failed once but held on the re-run: reported separately, not as a failure
-NOT_REACHED = "not-reached"  # the schedule's kill point was never reached (coverage, not a pass)
-ERROR = "error"  # the harness could not run the case at all (launch error, bad scenario)
-STATUSES = (PASS, FAIL, FLAKY, NOT_REACHED, ERROR)
+from chaos.status import ERROR, FAIL, FLAKY, NOT_REACHED, PASS, STATUSES  # noqa: F401 - re-exported
 
 
 @dataclass

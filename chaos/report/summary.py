@@ -71,7 +71,8 @@ def summarize(report: CampaignReport) -> dict[str, Any]:
         "errors": [{"case": c.id, "verdict": c.verdict, "detail": c.detail} for c in cases if c.status == ERROR],
         "baselines": {name: {"ok": bool(b.get("ok")), "problems": list(b.get("problems") or [])}
                       for name, b in sorted(report.baselines.items())},
-        "coverage": report.coverage if report.coverage is not None else derive_coverage(cases),
+        # The engine's coverage (chaos.campaign.coverage) is the only one: a report built without it has none.
+        "coverage": report.coverage if report.coverage is not None else {},
     }
 
 
@@ -149,50 +150,6 @@ def deduplicate(failed: list[CaseReport]) -> list[dict[str, Any]]:
             if mine and len(mine) < len(g["minimal"] or []):
                 g["minimal"], g["example"], g["bundle"] = mine, case.id, case.bundle
     return sorted(groups.values(), key=lambda g: (-g["count"], g["invariant"], g["action"], g["fact"]))
-
-
-def derive_coverage(cases: list[CaseReport]) -> dict[str, Any]:
-    """Coverage from the cases (when the engine gave none): per ``FACT@PHASE`` of each schedule's first fault,
-    reached/total (``points``), and restarts per planner rule (``rules``) — the keys the campaign engine uses.
-
-    A case whose first fault never fired (``not-reached``) counts in the total only; an ``error`` case did not run
-    and counts in neither (its kill point is unknown territory, not a coverage gap of the agent).
-    """
-    points: dict[str, dict[str, int]] = {}
-    for case in cases:
-        if not case.schedule or case.status == ERROR:
-            continue
-        key = _point_key(case.schedule[0])
-        slot = points.setdefault(key, {"reached": 0, "total": 0})
-        slot["total"] += 1
-        if case.status != NOT_REACHED:
-            slot["reached"] += 1
-    rules: Counter[str] = Counter()
-    for case in cases:
-        rules.update(set(case.rules))
-    return {
-        "points": dict(sorted(points.items())),
-        "rules": dict(sorted(rules.items(), key=lambda kv: _rule_order(kv[0]))),
-    }
-
-
-def _point_key(fault_text: str) -> str:
-    """``FACT@PHASE`` (or ``tx@PHASE``) of a fault text, action and ordinal dropped."""
-    from chaos.faults import FaultSyntaxError, parse_fault
-
-    if fault_text.startswith("llm("):
-        return fault_text.split("@", 1)[0]  # provider fault: llm(KIND), whatever its position
-    try:
-        point = parse_fault(fault_text).point
-    except FaultSyntaxError:
-        return fault_text
-    return f"{point.fact or 'tx'}@{point.phase}"
-
-
-def _rule_order(rule: str) -> tuple:
-    # "P7.1.3.2" sorts after "P7.1" and before "P7.2": compare the numeric parts, not the text.
-    parts = rule.lstrip("P").split(".")
-    return tuple(int(p) if p.isdigit() else 10**6 for p in parts)
 
 
 def _failure_entry(case: CaseReport) -> dict[str, Any]:

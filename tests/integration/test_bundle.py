@@ -58,13 +58,18 @@ def bundle(tmp_path_factory) -> Path:
 
 
 def test_bundle_layout_and_provenance(bundle: Path):
-    """The bundle holds the scenario, schedule, agent command and env, provenance, logs, requests, witnesses, stderr."""
+    """The bundle holds the scenario, schedule, the whole target and its env, provenance, logs, requests, witnesses,
+    stderr, and the first divergence of the defective planner."""
     data = json.loads((bundle / "bundle.json").read_text())
     assert data["case"] == f"read-then-answer::{KILL}" and data["schedule"] == [KILL]
     assert "converges" in data["invariants"]
     assert (bundle / "scenario.toml").read_bytes() == SCENARIO.read_bytes()
-    assert data["agent"]["command"] == ["{python}", "-m", "agent"] and data["agent"]["bugs"] == [BUG]
+    assert data["target"]["command"] == ["{python}", "-m", "agent"] and data["target"]["bugs"] == [BUG]
+    assert data["target"]["invariants"] and data["target"]["launch"] == {}  # the whole target, defaults included
     assert data["environment"]["AGENT_BUGS"] == BUG
+    assert data["divergence"]["reference_rule"] == "P5.2" and "startTool read#0" in data["divergence"]["signature"]
+    readme = (bundle / "README.md").read_text()
+    assert "First divergence" in readme and f"`AGENT_BUGS={BUG}`" in readme
     prov = data["provenance"]
     assert prov["versions"]["python"] == platform.python_version()
     assert prov["versions"]["killpoint"]
@@ -98,7 +103,7 @@ def test_chaos_repro_holds_without_the_bug(bundle: Path, tmp_path: Path):
     copy = tmp_path / "bundle"
     shutil.copytree(bundle, copy)
     data = json.loads((copy / "bundle.json").read_text())
-    data["agent"]["bugs"] = []
+    data["target"]["bugs"] = []
     (copy / "bundle.json").write_text(json.dumps(data))
     proc = chaos("repro", str(copy))
     assert proc.returncode == 0, proc.stdout + proc.stderr

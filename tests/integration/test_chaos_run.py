@@ -103,7 +103,9 @@ def test_chaos_run_reports_the_stale_calls_bug_and_keeps_the_failing_case(tmp_pa
     assert result.exit_code == 1, result.output
     assert "read-then-answer::assistant@after-sync#2" in result.output
     assert "converges:" in result.output and "did not converge" in result.output
-    assert "schedule: assistant@after-sync#2; AGENT_BUGS=stale-assistant-calls" in result.output
+    assert "schedule: assistant@after-sync#2; target bundled AGENT_BUGS=stale-assistant-calls" in result.output
+    assert ("first divergence (kill 1, assistant@after-sync#2): reference P5.2 finish completed; implementation "
+            "startTool read#0") in " ".join(result.output.split())
     [run_dir] = tmp_path.iterdir()
     [case] = run_dir.iterdir()
     names = {p.relative_to(case).as_posix() for p in case.rglob("*")}

@@ -190,7 +190,8 @@ def test_a_witness_case_reaches_each_planner_rule_and_passes(rule, tmp_path_fact
     """The witness case of each SPEC §14.4 rule passes every invariant, and its last restart is planned by that rule
     with the expected plan (variant and synthetic reasons)."""
     from chaos.schedules import spec_from_id
-    from chaos.workers import PASS, execute, restart_rules
+    from chaos.status import PASS
+    from chaos.workers import execute, restart_rules
 
     name, schedule, variant, reasons = WITNESSES[rule]
     ctx = _context(str(tmp_path_factory.getbasetemp() / "library"))
@@ -211,7 +212,8 @@ def test_a_never_tool_interrupted_by_an_earlier_kill_keeps_its_loose_expectation
     from agent.session.reducer import reduce_session
     from chaos.scenario import condition_holds
     from chaos.schedules import spec_from_id
-    from chaos.workers import PASS, execute
+    from chaos.status import PASS
+    from chaos.workers import execute
 
     ctx = _context(str(tmp_path_factory.getbasetemp() / "library"))
     _with_baseline(ctx, "bash-deploy")

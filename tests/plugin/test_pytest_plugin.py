@@ -159,7 +159,7 @@ def test_a_known_bug_fails_with_invariant_and_evidence_under_tx_popen(project, k
         "*invariant converges failed:*",
         "*the session did not converge*exited 70*",
         "*invariant outcome failed:*",
-        "*reproduce: chaos run scenarios/regressions/stale.toml --kill 'assistant@after-sync#2' "
+        "*reproduce: chaos run scenarios/regressions/stale.toml --kill assistant@after-sync#2 "
         "--agent-bugs stale-assistant-calls*",
     ])
     assert "Traceback" not in result.stdout.str()
@@ -178,7 +178,38 @@ def test_an_unknown_bug_switch_is_a_usage_error(project):
     """A misspelt --killpoint-agent-bugs stops the run with one line, instead of running the correct agent."""
     result = project.runpytest_subprocess("scenarios/tiny.toml", "--killpoint-agent-bugs", "stale-calls")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--killpoint-agent-bugs: AGENT_BUGS: unknown bug switch stale-calls*"])
+    result.stderr.fnmatch_lines(["*--killpoint-agent-bugs: unknown bug switch stale-calls for target bundled*"])
+
+
+def test_a_plugin_run_reuses_a_campaigns_baselines(project, tmp_path):
+    """After `chaos campaign` filled a cache, the plugin on the same scenario runs no baseline of its own."""
+    cache = tmp_path / "shared-cache"
+    done = subprocess.run([sys.executable, "-m", "chaos", "campaign", "scenarios/tiny.toml", "--pinned-only",
+                           "--cache", str(cache), "--out", str(tmp_path / "out"), "-j", "1"],
+                          cwd=project.path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    entries = sorted(p.name for p in cache.glob("*.json"))
+    assert len(entries) == 1
+    basetemp = tmp_path / "basetemp"
+    result = project.runpytest_subprocess("scenarios/tiny.toml", "-q", "-p", "no:xdist", "--killpoint-cache",
+                                          str(cache), "--killpoint-mode", "pinned", "--basetemp", str(basetemp))
+    assert result.ret == 0, result.stdout.str()
+    result.assert_outcomes(passed=1)
+    assert sorted(p.name for p in cache.glob("*.json")) == entries  # the campaign's entry, no second one
+    assert not list(basetemp.rglob("baselines"))  # and no crash-free baseline ran under pytest
+
+
+def test_a_foreign_planner_failure_names_the_first_divergence(project, kp_cache):
+    """With a wrong --killpoint-planner-cmd the pinned kill fails and the item names the first divergence."""
+    planner = f"env AGENT_BUGS=stale-assistant-calls {sys.executable} -m agent"
+    result = project.runpytest_subprocess("scenarios/regressions", "-p", "no:xdist", "--killpoint-planner-cmd",
+                                          planner, "--killpoint-cache", kp_cache)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    result.stdout.fnmatch_lines([
+        "*first divergence (kill 1, assistant@after-sync#2): reference P5.2 finish completed; implementation "
+        "startTool read#0, not a call of the current assistant message (it has none)*",
+        "*reproduce: chaos run scenarios/regressions/stale.toml --kill assistant@after-sync#2 --planner-cmd*",
+    ])
 
 
 def test_importing_the_plugin_loads_nothing_heavy():
