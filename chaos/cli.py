@@ -422,5 +422,167 @@ def mutants_command(scenarios, switches, fast, workers, out, name, case_timeout)
     raise SystemExit(0 if result.ok else 1)
 
 
+# ---- conformance of other implementations against crash-prefix corpora (chaos.conformance, chaos.corpus) -------
+
+
+class _OneLineUsage(click.Command):
+    """A command whose usage errors are one line on stderr and exit 2, not click's usage block."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as exc:
+            names, c = [], ctx
+            while c.parent is not None:  # "chaos corpus build", whatever the program was called as
+                names.append(c.info_name)
+                c = c.parent
+            click.echo(f"chaos {' '.join(reversed(names))}: {exc.format_message()}", err=True)
+            ctx.exit(2)
+
+
+def _progress_printer(what: str):
+    """A progress callback printing a line to stderr about every 10% (and at the end)."""
+    state = {"next": 0.0}
+
+    def show(done: int, total: int, failures: int) -> None:
+        if done >= state["next"] or done == total:
+            state["next"] = done + max(1, total // 10)
+            click.echo(f"{what}: {done}/{total} prefixes, {failures} failure(s)", err=True)
+
+    return show
+
+
+@main.command("conformance", cls=_OneLineUsage)
+@click.option("--impl", "impl_command", metavar="CMD",
+              help='the implementation\'s command prefix, e.g. "python3 -m agent" (it gets `reduce FILE` and '
+                   "`plan FILE CURRENT.json`)")
+@click.option("--corpus", "corpora", multiple=True, type=click.Path(path_type=str), metavar="DIR",
+              help="a built corpus (directory or .zip) or ../shared/session-contract (or its fixtures/, "
+                   "planner-fixtures/); repeatable [default: the shipped corpus of the default campaign]")
+@click.option("--json", "json_path", type=click.Path(path_type=str), metavar="FILE",
+              help="write the full report as JSON (- for stdout; the table then goes to stderr)")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
+              help="seconds allowed per implementation command")
+@click.option("-j", "--jobs", type=click.IntRange(min=0), default=0, help="parallel checks [default: CPUs]")
+@click.option("--no-closed-loop", is_flag=True, help="skip closed-loop convergence")
+@click.option("--no-reduce", is_flag=True, help="skip the reduce checks (a planner-only implementation)")
+@click.option("--rule", "rules", multiple=True, metavar="RULE",
+              help="only plan checks of this SPEC §14.4 rule or its sub-rules (P7.1 = P7.1.*); repeatable")
+@click.option("--sample", type=click.IntRange(min=1), metavar="N",
+              help="at most N plan checks per (rule, scenario): a quick run that still reaches every rule")
+@click.option("--bound", type=click.IntRange(min=1), default=64, show_default=True,
+              help="closed loop: plans allowed before it must be idle or blocked")
+@click.option("--fail-fast", is_flag=True, help="stop starting checks after the first failure")
+def conformance_command(impl_command, corpora, json_path, timeout, jobs, no_closed_loop, no_reduce, rules, sample,
+                        bound, fail_fast) -> None:
+    """Check an implementation's `reduce` and `plan` against crash-prefix corpora, with closed-loop convergence.
+
+    Exit 0 when every check agreed, 1 when one did not, 2 on usage errors (docs/conformance.md).
+    """
+    import json
+    import shlex
+    import sys
+
+    from chaos import conformance as cf
+    from chaos import verdict
+    from chaos.campaign import PLANNER_RULES
+    from chaos.corpus import CorpusError, default_corpus, load_corpus
+
+    if not impl_command or not impl_command.strip():
+        _fail_usage(["chaos conformance: --impl CMD is required (e.g. --impl \"python3 -m agent\")"])
+    try:
+        argv = shlex.split(impl_command)
+    except ValueError as exc:
+        _fail_usage([f"chaos conformance: --impl: {exc}"])
+    unknown = [r for r in rules if not any(p == r or p.startswith(r + ".") for p in PLANNER_RULES)]
+    if unknown:
+        _fail_usage([f"chaos conformance: --rule {unknown[0]}: not a SPEC §14.4 rule (P0, P1.2, P7.1, …)"])
+    try:
+        impl = cf.Implementation(argv, timeout=timeout)
+        loaded = [load_corpus(p) for p in (corpora or [str(default_corpus())])]
+    except (cf.ConformanceError, CorpusError) as exc:
+        _fail_usage([f"chaos conformance: {exc}"])
+    if rules or sample:
+        loaded = [c.select(rules, sample) for c in loaded]
+    options = cf.Options(timeout=timeout, jobs=jobs, reduce=not no_reduce, closed_loop=not no_closed_loop,
+                         bound=bound, fail_fast=fail_fast)
+    report = cf.run_conformance(impl, loaded, options, progress=_progress_printer("conformance"))
+    cf.render(report, verdict.console(stderr=json_path == "-"))
+    if json_path:
+        text = json.dumps(report.to_json(), indent=1, ensure_ascii=False) + "\n"
+        if json_path == "-":
+            sys.stdout.write(text)
+        else:
+            try:
+                with open(json_path, "w", encoding="utf-8") as handle:
+                    handle.write(text)
+            except OSError as exc:
+                click.echo(f"chaos conformance: --json {json_path}: {exc.strerror or exc}", err=True)
+                raise SystemExit(2) from None
+    raise SystemExit(0 if report.ok else 1)
+
+
+@main.group("corpus")
+def corpus_group() -> None:
+    """Crash-prefix corpora for `chaos conformance`: build one from a campaign, show one."""
+
+
+@corpus_group.command("build", cls=_OneLineUsage)
+@click.argument("scenarios", nargs=-1, type=click.Path(path_type=str))
+@click.option("--out", required=True, type=click.Path(path_type=str), metavar="DIR",
+              help="a new or empty directory, or a path ending in .zip (packed)")
+@click.option("-j", "--workers", type=click.IntRange(min=0), default=0, help="parallel workers [default: CPUs]")
+def corpus_build(scenarios: tuple[str, ...], out: str, workers: int) -> None:
+    """Run a campaign (default: the default campaign) that keeps the log at every kill, with reference outputs.
+
+    Exit 0 when the corpus reaches every planner rule the campaign reached, 1 when it does not, 2 on usage errors.
+    """
+    from chaos.campaign import PLANNER_RULES, CampaignError, Reporter
+    from chaos.corpus import CorpusError, build_corpus
+
+    try:
+        index, result = build_corpus(list(scenarios), out, workers,
+                                     reporter=Reporter(lambda line: click.echo(line, err=True)))
+    except (CampaignError, CorpusError) as exc:
+        _fail_usage([f"chaos corpus build: {line}" for line in getattr(exc, "messages", [str(exc)])])
+    reached = [r for r in PLANNER_RULES if r in index["rules"]]
+    campaign_rules = set(result.coverage.get("rules", {})) & set(PLANNER_RULES)
+    lost = sorted(campaign_rules - set(reached), key=PLANNER_RULES.index)
+    cases = result.cases
+    click.echo(f"corpus {out}: {len(index['prefixes'])} prefixes, {len(index['checks'])} plan checks, "
+               f"{len(reached)}/{len(PLANNER_RULES)} planner rules "
+               f"(the campaign reached {len(campaign_rules)}); {cases.get('done', 0)} cases, "
+               f"{cases.get('fail', 0)} failed")
+    missing = [r for r in PLANNER_RULES if r not in reached]
+    if missing:
+        click.echo(f"  rules not reached: {', '.join(missing)}")
+    if lost:
+        click.echo(f"  the corpus lost rules the campaign reached: {', '.join(lost)}", err=True)
+    raise SystemExit(1 if lost else 0)
+
+
+@corpus_group.command("info", cls=_OneLineUsage)
+@click.argument("path", required=False, type=click.Path(path_type=str))
+def corpus_info(path: str | None) -> None:
+    """Show a corpus (default: the shipped one): prefixes, plan checks, planner rules reached and checks per rule."""
+    from chaos.campaign import PLANNER_RULES
+    from chaos.corpus import CorpusError, default_corpus, load_corpus
+
+    try:
+        corpus = load_corpus(path or default_corpus())
+    except CorpusError as exc:
+        _fail_usage([f"chaos corpus info: {exc}"])
+    counts: dict[str, int] = {}
+    for check in corpus.checks:
+        counts[check.rule] = counts.get(check.rule, 0) + 1
+    reached = [r for r in PLANNER_RULES if r in counts]
+    click.echo(f"{corpus.name} ({corpus.kind}, {corpus.path}): {len(corpus.prefixes)} prefixes, "
+               f"{len(corpus.checks)} plan checks, {len(reached)}/{len(PLANNER_RULES)} planner rules")
+    click.echo("  " + ", ".join(f"{r}×{counts[r]}" for r in reached))
+    missing = [r for r in PLANNER_RULES if r not in counts]
+    if missing:
+        click.echo(f"  rules not reached: {', '.join(missing)}")
+
+
 if __name__ == "__main__":
     main()
