@@ -175,3 +175,14 @@ class TestDefaultCorpus:
         assert [r for r in PLANNER_RULES if r not in loaded.rules()] == []
         assert loaded.source["campaign"]["scenarios"] == ["(default library)"]
         assert set(loaded.source["campaign"]["rules"]) <= loaded.rules()
+
+    def test_shipped_corpus_matches_the_current_reference(self):
+        """Every expected output of the shipped corpus is what the reference reducer and planner say today (a stale
+        corpus after a contract change fails here: rebuild it with `chaos corpus build`)."""
+        loaded = load_corpus(DEFAULT_CORPUS)
+        for prefix in loaded.prefixes.values():
+            assert json.loads(reduce_output(prefix.data)) == prefix.expected, prefix.origin
+        for check in loaded.checks:
+            reduction = reduce_session(loaded.prefixes[check.prefix].data)
+            assert plan_recovery(reduction, check.current) == check.plan, check.origin
+            assert plan_rule(reduction, check.current) == check.rule, check.origin
