@@ -159,7 +159,7 @@ def test_a_known_bug_fails_with_invariant_and_evidence_under_tx_popen(project, k
         "*invariant converges failed:*",
         "*the session did not converge*exited 70*",
         "*invariant outcome failed:*",
-        "*reproduce: chaos run scenarios/regressions/stale.toml --kill assistant@after-sync#2 "
+        "*reproduce: chaos run scenarios/regressions/stale.toml --kill 'assistant@after-sync#2' "
         "--agent-bugs stale-assistant-calls*",
     ])
     assert "Traceback" not in result.stdout.str()
@@ -208,7 +208,7 @@ def test_a_foreign_planner_failure_names_the_first_divergence(project, kp_cache)
     result.stdout.fnmatch_lines([
         "*first divergence (kill 1, assistant@after-sync#2): reference P5.2 finish completed; implementation "
         "startTool read#0, not a call of the current assistant message (it has none)*",
-        "*reproduce: chaos run scenarios/regressions/stale.toml --kill assistant@after-sync#2 --planner-cmd*",
+        "*reproduce: chaos run scenarios/regressions/stale.toml --kill 'assistant@after-sync#2' --planner-cmd*",
     ])
 
 
