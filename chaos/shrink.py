@@ -14,7 +14,8 @@ A neighbour is accepted when it is strictly smaller (``size``: fewer kills, fewe
 smaller ordinals, earlier phases — compared in that order) and the predicate still holds. Because every accepted
 step strictly decreases a well-founded measure, shrinking terminates; because it stops only when no neighbour of
 any pass is accepted, the result is *1-minimal*: no single pass step from it keeps the failure (unless the
-predicate-call budget ran out first, which the result says).
+predicate-call budget or the deadline — the campaign's ``--budget`` — ran out first: the result is then the best
+schedule found so far, and says so with ``exhausted`` and ``cut_short``).
 
 Pure: the predicate (usually "run this case and see whether the same invariant fails") is passed in. Results of
 the predicate are cached by case id, so a neighbour proposed by two passes runs once. The empty schedule (the
@@ -23,6 +24,7 @@ baseline, which by construction passes) is never proposed.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
@@ -136,16 +138,23 @@ def neighbours(case: CaseSpec) -> Iterator[CaseSpec]:
 
 @dataclass
 class ShrinkResult:
-    """The smallest case found, the accepted steps (case ids, in order), predicate calls, and budget exhaustion."""
+    """The smallest case found, the accepted steps (case ids, in order), predicate calls, and budget exhaustion.
+
+    ``exhausted``: shrinking stopped before the case was 1-minimal; ``cut_short`` says why (``"calls"``: the
+    predicate-call budget, ``"deadline"``: the wall-clock deadline), and ``case`` is the best schedule so far."""
 
     case: CaseSpec
     steps: list[str] = field(default_factory=list)
     calls: int = 0
     exhausted: bool = False
+    cut_short: str | None = None
 
 
-def shrink(case: CaseSpec, still_fails: Callable[[CaseSpec], bool], *, max_calls: int = 50) -> ShrinkResult:
-    """Shrink ``case`` (which fails) while ``still_fails`` holds; at most ``max_calls`` predicate calls.
+def shrink(case: CaseSpec, still_fails: Callable[[CaseSpec], bool], *, max_calls: int = 50,
+           deadline: float | None = None, clock: Callable[[], float] = time.time) -> ShrinkResult:
+    """Shrink ``case`` (which fails) while ``still_fails`` holds; at most ``max_calls`` predicate calls, and none
+    started at or after ``deadline`` (a ``clock()`` value, wall-clock seconds by default: the campaign's budget ends
+    there, and the campaign process and its workers share that clock).
 
     Greedy: the first accepted neighbour becomes the current case and the passes start over from it.
     """
@@ -156,8 +165,9 @@ def shrink(case: CaseSpec, still_fails: Callable[[CaseSpec], bool], *, max_calls
         progress = False
         for candidate in neighbours(result.case):
             if candidate.id not in cache:
-                if result.calls >= max_calls:
+                if result.calls >= max_calls or (deadline is not None and clock() >= deadline):
                     result.exhausted = True
+                    result.cut_short = "calls" if result.calls >= max_calls else "deadline"
                     return result
                 result.calls += 1
                 cache[candidate.id] = bool(still_fails(candidate))

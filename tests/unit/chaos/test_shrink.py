@@ -101,7 +101,21 @@ class TestShrink:
         calls = []
         result = shrink(case("s::tx:9@after-sync+tx:10@after-sync+tx:11@after-sync"),
                         lambda c: calls.append(c) or False, max_calls=3)
-        assert len(calls) == 3 and result.exhausted and result.calls == 3
+        assert len(calls) == 3 and result.exhausted and result.calls == 3 and result.cut_short == "calls"
+
+    def test_a_deadline_cuts_shrinking_short_and_keeps_the_best_schedule_so_far(self):
+        """No predicate call starts at or after the deadline; the result is the best case found, marked cut short."""
+        now = [0.0]
+
+        def fails_and_takes_time(c: CaseSpec) -> bool:
+            now[0] += 10.0  # each candidate run costs ten seconds of the clock
+            return kills_a_tool_late(c)
+
+        start = case("s::int:tx:1@after-sync+torn(7):toolStarted@after-write#3+tx:12@before-write+llm(drop)@1.1")
+        result = shrink(start, fails_and_takes_time, deadline=25.0, clock=lambda: now[0])
+        assert result.calls == 3 and result.exhausted and result.cut_short == "deadline"
+        assert result.case.id != start.id and result.case.id == result.steps[-1]  # progress kept, not the start
+        assert shrink(start, kills_a_tool_late, deadline=None).cut_short is None
 
     def test_the_predicate_is_asked_once_per_candidate(self):
         """A candidate proposed again is answered from the cache."""
