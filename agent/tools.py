@@ -1,4 +1,4 @@
-"""The agent's built-in tools: ``read``, ``write``, ``edit`` and ``bash``, confined to one workspace.
+"""The agent's built-in tools: ``read``, ``write``, ``edit`` (confined to one workspace) and ``bash``.
 
 What it is for: the effects the model can ask for. Three things are kept apart on purpose:
 
@@ -17,9 +17,14 @@ Invariants it protects:
   real path; ``../``, absolute paths elsewhere and symlinks leading out are refused with an error result. The file
   is then opened by that resolved path. (A concurrent attacker swapping directories between check and use is out of
   scope: the workspace belongs to the agent.)
-- **Bounded bash.** ``bash -c`` runs in the workspace in its **own process group but the agent's session**
-  (``process_group=0``, not ``start_new_session``): a supervisor that kills the agent's session kills the command
-  too, and the agent can kill exactly the command's group. The group is SIGKILLed on timeout, on ``abort()`` and
+- **Regular files only, never blocking.** ``read``, ``write`` and ``edit`` refuse anything but a regular file (a
+  FIFO, socket or device) with an error result: checked with ``lstat`` before opening, opened with
+  ``O_NONBLOCK | O_NOFOLLOW`` and checked again with ``fstat``. A blocking open of a FIFO would hang the agent where
+  SIGINT/SIGTERM cannot reach it (the interrupted open is retried), against its documented exit 130.
+- **Bounded bash, not confined.** ``bash`` is *not* confined to the workspace (it starts there, and can touch
+  whatever the agent's user can); it is bounded by time and by its process group only. ``bash -c`` runs in its
+  **own process group but the agent's session** (``process_group=0``, not ``start_new_session``): a supervisor that
+  kills the agent's session kills the command too, and the agent can kill exactly the command's group. The group is SIGKILLed on timeout, on ``abort()`` and
   when the command exits (background stragglers never outlive the call). Output is capped; the command's
   environment is the agent's plus ``AGENT_TOOL_CALL_ID`` and ``AGENT_TOOL_STARTED_ID`` (effect witnesses).
 - **Sanitized text.** Every output is decoded as UTF-8 with replacement: results go into facts (SPEC §13.3 step 3).
@@ -340,20 +345,28 @@ class ToolRunner:
     def _show(self, real: str) -> str:
         return os.path.relpath(real, self.root)
 
+    @staticmethod
+    def _refuse_special(info: os.stat_result, path: str) -> None:
+        """Refuse anything but a regular file: a FIFO, socket or device could block or have effects on open/IO."""
+        if stat.S_ISDIR(info.st_mode):
+            raise _Refused(f"{path!r} is a directory, not a file (use bash with ls to list it)")
+        if not stat.S_ISREG(info.st_mode):
+            raise _Refused(f"{path!r} is not a regular file (a FIFO, socket or device); the tool was not executed")
+
     def _read_regular(self, real: str, path: str) -> bytes:
         try:
-            # O_NONBLOCK: opening a FIFO must not hang the agent; we refuse anything but a regular file anyway.
-            fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            # lstat before open: a special file is refused without being opened at all.
+            self._refuse_special(os.lstat(real), path)
+            # O_NONBLOCK: should the path become a FIFO after the lstat, opening it still cannot hang the agent;
+            # O_NOFOLLOW: `real` is resolved, so a symlink here appeared after the check and is not followed.
+            fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
         except FileNotFoundError:
             raise _Refused(f"file {path!r} does not exist") from None
         except IsADirectoryError:
             raise _Refused(f"{path!r} is a directory, not a file (use bash with ls to list it)") from None
         try:
             info = os.fstat(fd)
-            if stat.S_ISDIR(info.st_mode):
-                raise _Refused(f"{path!r} is a directory, not a file (use bash with ls to list it)")
-            if not stat.S_ISREG(info.st_mode):
-                raise _Refused(f"{path!r} is not a regular file")
+            self._refuse_special(info, path)  # what was opened is what counts (the path may have been replaced)
             if info.st_size > MAX_READ_BYTES:
                 raise _Refused(f"{path!r} is larger than {MAX_READ_BYTES} bytes; use bash (head, sed -n) for parts")
         except BaseException:
@@ -361,6 +374,28 @@ class ToolRunner:
             raise
         with open(fd, "rb") as handle:
             return handle.read(MAX_READ_BYTES + 1)
+
+    def _write_regular(self, real: str, path: str, data: bytes) -> None:
+        """Replace the content of the regular file ``real`` (created if absent) with ``data``; never blocks.
+
+        A plain ``open(real, "wb")`` of a FIFO blocks until a reader appears, and a signal cannot end that wait
+        (Python retries the interrupted open after running the handler, PEP 475): the agent would hang.
+        """
+        try:
+            self._refuse_special(os.lstat(real), path)
+        except FileNotFoundError:
+            pass  # a new file
+        # O_NONBLOCK: a FIFO that appeared after the lstat fails with ENXIO (no reader) or opens at once, and fstat
+        # refuses it; no O_TRUNC: nothing is truncated before fstat says it is a regular file.
+        fd = os.open(real, os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+        try:
+            self._refuse_special(os.fstat(fd), path)
+            os.ftruncate(fd, 0)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]  # a short write (a signal, a large content): keep writing
+        finally:
+            os.close(fd)
 
     # -- the tools ------------------------------------------------------------------------------------------------
 
@@ -385,8 +420,7 @@ class ToolRunner:
             return _error(f"Error: {path!r} is a directory")
         os.makedirs(os.path.dirname(real), exist_ok=True)
         data = content.encode("utf-8", errors="replace")
-        with open(real, "wb") as handle:
-            handle.write(data)
+        self._write_regular(real, path, data)
         return ToolResult(f"Wrote {len(data)} bytes to {self._show(real)}.", "success")
 
     def _edit(self, path: str, old: str, new: str, replace_all: bool) -> ToolResult:
@@ -405,8 +439,7 @@ class ToolRunner:
         if count > 1 and not replace_all:
             return _error(f"Error: old_string occurs {count} times in {path!r}; include more surrounding context "
                           "to make it unique, or set replace_all to true")
-        with open(real, "wb") as handle:
-            handle.write(text.replace(old, new).encode("utf-8"))
+        self._write_regular(real, path, text.replace(old, new).encode("utf-8"))
         return ToolResult(f"Replaced {count} occurrence{'s' if count > 1 else ''} in {self._show(real)}.", "success")
 
     def _bash(self, command: str, timeout: float, call_id: str, started_id: str) -> ToolResult:

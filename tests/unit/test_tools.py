@@ -385,6 +385,74 @@ class TestBash:
         assert later.aborted and not marker.exists()
 
 
+class TestSpecialFiles:
+    """read, write and edit refuse FIFOs and sockets at once; a blocking open would hang the agent for good."""
+
+    @staticmethod
+    def run_guarded(runner: ToolRunner, fifo: Path, name: str, **arguments) -> ToolResult:
+        """Run the tool in a thread; if it blocks on the FIFO, unblock it by opening the other end, then fail."""
+        import threading
+
+        out: list[ToolResult] = []
+        thread = threading.Thread(target=lambda: out.append(run(runner, name, **arguments)), daemon=True)
+        thread.start()
+        thread.join(5.0)
+        if thread.is_alive():
+            # Open both ends non-blocking so the tool's blocked open returns and the thread ends.
+            reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+            writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            thread.join(5.0)
+            os.close(writer)
+            os.close(reader)
+            pytest.fail(f"{name} blocked on the FIFO for 5 s")
+        return out[0]
+
+    @pytest.mark.parametrize("name, arguments", [
+        ("write", {"content": "x"}),
+        ("edit", {"old_string": "a", "new_string": "b"}),
+        ("read", {}),
+    ])
+    def test_fifo_is_refused_at_once(self, runner, ws, name, arguments):
+        """A FIFO with no reader or writer is refused at once with an error result, not opened blocking."""
+        os.mkfifo(ws / "pipe")
+        started = time.monotonic()
+        result = self.run_guarded(runner, ws / "pipe", name, path="pipe", **arguments)
+        assert result.type == "error" and "not a regular file" in result.content, result
+        assert time.monotonic() - started < 2.0
+        assert os.path.exists(ws / "pipe")  # the FIFO is left as it was
+
+    def test_write_refuses_a_fifo_that_has_a_reader(self, runner, ws):
+        """A FIFO that some process reads is refused too: nothing is written into it."""
+        os.mkfifo(ws / "pipe")
+        reader = os.open(ws / "pipe", os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            result = self.run_guarded(runner, ws / "pipe", "write", path="pipe", content="payload")
+            assert result.type == "error" and "not a regular file" in result.content
+            assert os.read(reader, 100) == b""  # end of file: no writer ever held it, nothing was written
+        finally:
+            os.close(reader)
+
+    def test_socket_is_refused(self, runner, ws):
+        """A UNIX socket in the workspace is refused by every file tool."""
+        import socket
+
+        server = socket.socket(socket.AF_UNIX)
+        server.bind(str(ws / "sock"))
+        try:
+            for name, arguments in (("write", {"content": "x"}), ("edit", {"old_string": "a", "new_string": "b"}),
+                                    ("read", {})):
+                result = run(runner, name, path="sock", **arguments)
+                assert result.type == "error" and "not a regular file" in result.content, (name, result)
+        finally:
+            server.close()
+
+    def test_write_into_a_regular_file_truncates(self, runner, ws):
+        """The non-blocking open still replaces a longer existing content entirely."""
+        (ws / "f.txt").write_text("a much longer old content")
+        assert run(runner, "write", path="f.txt", content="new").type == "success"
+        assert (ws / "f.txt").read_text() == "new"
+
+
 def test_tool_result_outcome_matches_materialize():
     """ToolResult.as_outcome() gives exactly materialize.tool_result's value (no usage for built-in tools)."""
     from agent.session import materialize
