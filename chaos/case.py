@@ -35,6 +35,8 @@ import os
 import re
 import shutil
 import signal
+import atexit
+import sys
 import tempfile
 import threading
 import time
@@ -47,7 +49,7 @@ from chaos import oracle, records
 from chaos.faults import FACT_NAMES, case_id, parse_schedule
 from chaos.divergence import first_divergence
 from chaos.fakellm import ScriptedServer
-from chaos.process import AgentProcess, Launcher, SubprocessLauncher, kill_processes, session_members
+from chaos.process import AgentProcess, Launcher, kill_processes, session_members
 from chaos.records import CaseRun
 from chaos.supervisor import SESSION, AgentCommand, Limits, Step, Supervisor, SupervisorError
 from chaos.status import FAIL, PASS
@@ -178,6 +180,25 @@ class RestartLauncher:
 
 _server_lock = threading.Lock()
 _server: tuple[int, ScriptedServer] | None = None
+
+
+_launchers: dict[tuple, Launcher] = {}
+
+
+def shared_launcher(target: Target) -> Launcher:
+    """This process's launcher for ``target`` (``chaos.zygote.launcher_for``: a warm zygote where the target
+    allows one, else exec), started on first use and stopped at exit; one per (process, module, preload)."""
+    key = (os.getpid(), target.zygote_module(), target.preload)
+    with _server_lock:
+        if key not in _launchers:
+            from chaos.zygote import launcher_for
+
+            launcher = launcher_for(target, warn=lambda line: print(f"killpoint: {line}", file=sys.stderr))
+            _launchers[key] = launcher
+            close = getattr(launcher, "close", None)
+            if close is not None:
+                atexit.register(close)
+        return _launchers[key]
 
 
 def shared_server() -> ScriptedServer:
@@ -400,7 +421,7 @@ def execute_case(scenario, schedule, *, work_dir: Path, target: Target, baseline
     env = _environment(scenario, target, witness, base_url)
     command = build_command(scenario, target, session_dir=sessions, workspace=workspace, base_url=base_url, env=env)
     first, changes = _settings(scenario)
-    launcher = RestartLauncher(SubprocessLauncher(), changes.argv())
+    launcher = RestartLauncher(shared_launcher(target), changes.argv())
     limits = limits or Limits()
     try:
         run = Supervisor(command, case_dir, launcher=launcher, limits=limits, label=cid).run(faults)
@@ -409,7 +430,8 @@ def execute_case(scenario, schedule, *, work_dir: Path, target: Target, baseline
             restart = bool(run.kills)
             argv = launcher.expand([*command.resume], restart)
             argv = [a.replace(SESSION, run.session) for a in argv]
-            probe_results = [_probe(argv, run.session, env, case_dir, i, limits) for i in range(probes)]
+            probe_results = [_probe(launcher.inner, argv, run.session, env, case_dir, i, limits)
+                             for i in range(probes)]
     finally:
         requests = srv.remove_case(key)
 
@@ -482,13 +504,13 @@ def _read(path: str | Path) -> bytes:
         return b""  # gone (or never created): the oracle reports what the bytes say
 
 
-def _probe(argv: list[str], session: str, env: Mapping[str, str], case_dir: Path, index: int,
+def _probe(launcher: Launcher, argv: list[str], session: str, env: Mapping[str, str], case_dir: Path, index: int,
            limits: Limits) -> oracle.Probe:
     """One more ``resume`` after the case (no checkpoint channel): it must change nothing."""
     before = _read(session)
     out, err = case_dir / "launches" / f"probe-{index + 1}.stdout", case_dir / "launches" / f"probe-{index + 1}.stderr"
     penv = {k: v for k, v in {**os.environ, **env}.items() if k != "CHAOS_CONTROL"}
-    proc = SubprocessLauncher().launch(argv, penv, case_dir, out, err)
+    proc = launcher.launch(argv, penv, case_dir, out, err)
     try:
         code = proc.wait(limits.silence_seconds)
     finally:

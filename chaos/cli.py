@@ -37,6 +37,33 @@ def _fail_usage(lines: list[str]) -> None:
     raise SystemExit(2)
 
 
+def target_options(f):
+    """``--target``, ``--agent-bugs``, ``--planner-cmd``, ``--planner-scope`` and ``--launcher``: how every command
+    names the system under test (``chaos.target``)."""
+    f = click.option("--launcher", type=click.Choice(["zygote", "exec"]), default=None,
+                     help="how agent processes start: forked from a warm zygote, or exec'd from scratch "
+                          "[default: zygote where the target allows it (a python -m command), else exec]")(f)
+    f = click.option("--planner-scope", type=click.Choice(["recovery", "all"]), default=None,
+                     help="which plans --planner-cmd decides: the recovery decisions (before the process commits "
+                          "anything itself) [default] or every plan")(f)
+    f = click.option("--planner-cmd", "planner_cmd", metavar="CMD",
+                     help="a foreign recovery planner the agent runs as `CMD plan LOG CURRENT.json` (docs/targets.md)")(f)
+    f = click.option("--agent-bugs", default="", metavar="NAMES",
+                     help="known-bug switches of the target for the cases (never the baseline)")(f)
+    return click.option("--target", "target_file", type=click.Path(path_type=str), metavar="TARGET.toml",
+                        help="the system under test (docs/targets.md) [default: the bundled agent]")(f)
+
+
+def _target_or_exit(target_file, agent_bugs, planner_cmd, planner_scope, launcher=None):
+    from chaos.target import TargetError, resolve_target
+
+    try:
+        return resolve_target(target_file, bugs=agent_bugs, planner_command=planner_cmd, planner_scope=planner_scope,
+                              launcher=launcher)
+    except TargetError as exc:
+        _fail_usage(exc.messages)
+
+
 def _load_scenario_or_exit(path: str):
     from chaos.errors import ScenarioError
     from chaos.scenario import load_scenario
@@ -52,17 +79,16 @@ def _load_scenario_or_exit(path: str):
 @click.option("--kill", "kills", multiple=True, metavar="FAULT[+FAULT...]",
               help="a schedule to run (repeatable); default: every kill point the baseline reaches, at before-write "
                    "and after-sync, then the scenario's pinned schedules")
-@click.option("--agent-bugs", default="", metavar="NAMES", help="AGENT_BUGS for the cases (not the baseline)")
+@target_options
 @click.option("--keep", is_flag=True, help="keep every case directory, not only failing ones")
 @click.option("--reports", "reports_dir", default="reports", show_default=True, type=click.Path(path_type=str),
               help="where case directories are kept")
 @click.option("--case-timeout", default=120.0, show_default=True, type=click.FloatRange(min=0.1),
               help="wall-clock limit per case, seconds")
-def run_command(scenario: str, kills: tuple[str, ...], agent_bugs: str, keep: bool, reports_dir: str,
-                case_timeout: float) -> None:
+def run_command(scenario: str, kills: tuple[str, ...], target_file, agent_bugs: str, planner_cmd, planner_scope,
+                launcher, keep: bool, reports_dir: str, case_timeout: float) -> None:
     """Run the crash-free baseline, then each case; exit 0 when all hold, 1 when one did not, 2 on usage errors."""
     loaded = _load_scenario_or_exit(scenario)
-    from agent.bugs import UnknownBugError, parse_bugs
     from chaos.faults import FaultSyntaxError, format_schedule, parse_schedule
 
     schedules: list[str] = []
@@ -74,16 +100,13 @@ def run_command(scenario: str, kills: tuple[str, ...], agent_bugs: str, keep: bo
         if not parsed:
             _fail_usage([f"--kill {text!r}: empty schedule"])
         schedules.append(format_schedule(parsed))
-    try:
-        bugs = tuple(sorted(parse_bugs(agent_bugs)))
-    except UnknownBugError as exc:
-        _fail_usage([f"--agent-bugs: {exc}"])
+    target = _target_or_exit(target_file, agent_bugs, planner_cmd, planner_scope, launcher)
 
     import time
     from pathlib import Path
 
     from chaos import verdict
-    from chaos.case import AgentSpec, case_slug, run_baseline, run_case
+    from chaos.case import case_slug, run_baseline, run_case
     from chaos.supervisor import Limits
 
     out = verdict.console()
@@ -94,20 +117,19 @@ def run_command(scenario: str, kills: tuple[str, ...], agent_bugs: str, keep: bo
         suffix += 1
         work = Path(reports_dir) / f"{case_slug(loaded.name)}-{stamp}-{suffix}"
     mode = "all" if keep else "failing"
-    agent = AgentSpec(bugs=bugs)
     limits = Limits(case_seconds=case_timeout)
     with out.status(f"{loaded.name}: crash-free baseline"):
-        baseline = run_baseline(loaded, work_dir=work, limits=limits, keep=mode)
+        baseline = run_baseline(loaded, work_dir=work, target=target, limits=limits, keep=mode)
     results = [baseline.result]
     if baseline.ok:
         pinned = [format_schedule(parse_schedule(list(s.faults))) for s in loaded.schedules]
         todo = schedules or list(dict.fromkeys(["+".join(s) for s in baseline.schedules()] + pinned))
         for i, schedule in enumerate(todo, 1):
             with out.status(f"{loaded.name}: case {i}/{len(todo)} {schedule}"):
-                results.append(run_case(loaded, schedule, work_dir=work, agent=agent, baseline=baseline,
+                results.append(run_case(loaded, schedule, work_dir=work, target=target, baseline=baseline,
                                         limits=limits, keep=mode))
     out.print(verdict.case_table(results, title=f"chaos run {loaded.name}"
-                                 + (f" (AGENT_BUGS={','.join(bugs)})" if bugs else "")))
+                                 + (f" ({target.label()})" if target.label() != "bundled" else "")))
     out.print(verdict.failure_details(results))
     if not baseline.ok:
         out.print("the crash-free baseline did not pass: no case was run (fix the scenario or the agent first)",
@@ -176,8 +198,8 @@ def repro_command(bundle: str, work: str | None, keep: bool) -> None:
     from chaos.bundle import reproduce
 
     out = verdict.console()
-    bugs = loaded.data["agent"].get("bugs") or []
-    out.print(f"repro {loaded.data['case']}" + (f"  (AGENT_BUGS={','.join(bugs)})" if bugs else "")
+    label = loaded.target.label()
+    out.print(f"repro {loaded.data['case']}" + (f"  ({label})" if label != "bundled" else "")
               + f"\nrecorded: {', '.join(loaded.invariants)} failed")
     base = Path(work) if work else Path(tempfile.mkdtemp(prefix="chaos-repro-"))
     try:
@@ -209,10 +231,11 @@ def export_command(bundle: str, directory: str, force: bool) -> None:
         path = export(loaded, directory, force=force)
     except BundleError as exc:
         _fail_usage([str(exc)])
-    bugs = loaded.data["agent"].get("bugs") or []
+    import shlex
+
     click.echo(f"wrote {path}")
-    click.echo(f"  fails:  chaos run {path} --kill '{'+'.join(loaded.schedule)}'"
-               + (f" --agent-bugs {','.join(bugs)}" if bugs else ""))
+    click.echo("  fails:  " + shlex.join(["chaos", "run", str(path), "--kill", "+".join(loaded.schedule),
+                                          *loaded.target.cli_args()]))
     click.echo(f"  check:  chaos validate {directory}")
 
 
@@ -308,9 +331,9 @@ def _campaign_usage(lines: list[str]) -> None:
 @click.option("--shard", metavar="K/N", help="run the K-th of N deterministic parts (by first fault)")
 @click.option("--fail-fast", is_flag=True, help="stop starting cases after the first reproduced failure")
 @click.option("--pinned-only", is_flag=True, help="only the scenarios' pinned [[schedules]] (CI regressions)")
-@click.option("--agent", "agent_config", type=click.Path(path_type=str), metavar="CONFIG.toml",
-              help="campaign another agent (command, env, protocol) instead of the bundled one")
-@click.option("--agent-bugs", default="", metavar="NAMES", help="AGENT_BUGS for the cases (never the baseline)")
+@target_options
+@click.option("--agent", "agent_config", type=click.Path(path_type=str), metavar="TARGET.toml", hidden=True,
+              help="alias of --target (round 1's name)")
 @click.option("--tag", "tags", multiple=True, help="only scenarios with this tag (repeatable: any of them)")
 @click.option("--list", "list_only", is_flag=True, help="print the case ids and exit")
 @click.option("--nightly", is_flag=True, help="preset: every fault action, depth 2, regressions enumerated (the selected scenarios; default the full library)")
@@ -326,8 +349,9 @@ def _campaign_usage(lines: list[str]) -> None:
 @click.option("--case-timeout", type=click.FloatRange(min=0.1), default=120.0, show_default=True,
               help="wall-clock limit per case, seconds")
 def campaign_command(scenarios, mode, depth, faults, seed, case_count, duration, max_faults, budget, workers, shard,
-                     fail_fast, pinned_only, agent_config, agent_bugs, tags, list_only, nightly, name, out, cache, resume_dir,
-                     keep, no_shrink, case_timeout) -> None:
+                     fail_fast, pinned_only, target_file, agent_bugs, planner_cmd, planner_scope, launcher, agent_config,
+                     tags,
+                     list_only, nightly, name, out, cache, resume_dir, keep, no_shrink, case_timeout) -> None:
     """Run many cases in parallel: with no arguments, every bundled scenario at every kill point (exhaustive, depth 1).
 
     Exit 0 when every case held (flaky cases are reported, not failed), 1 when a failure reproduced, a baseline
@@ -336,13 +360,13 @@ def campaign_command(scenarios, mode, depth, faults, seed, case_count, duration,
     import sys
     from pathlib import Path
 
-    from agent.bugs import UnknownBugError, parse_bugs
     from chaos import campaign as cp
 
-    try:
-        bugs = sorted(parse_bugs(agent_bugs))
-    except UnknownBugError as exc:
-        _campaign_usage([f"--agent-bugs: {exc}"])
+    if target_file and agent_config:
+        _campaign_usage(["--agent is an alias of --target: give one of them"])
+    target = None
+    if resume_dir is None:
+        target = _target_or_exit(target_file or agent_config, agent_bugs, planner_cmd, planner_scope, launcher)
     try:
         if resume_dir is None:
             families = list(cp.FAULT_FAMILIES) if faults.strip() == "all" else [
@@ -353,7 +377,7 @@ def campaign_command(scenarios, mode, depth, faults, seed, case_count, duration,
                 budget=cp.parse_duration(budget) if budget else None, workers=workers, shard=shard,
                 fail_fast=fail_fast, pinned_only=pinned_only, name=name, out=out, cache=cache, keep=keep, shrink=not no_shrink,
                 case_seconds=case_timeout,
-                agent=cp.agent_from_config(agent_config, bugs) if agent_config else cp.bundled_agent(bugs),
+                target=target.to_json(),
             )
             if nightly:
                 cp.nightly(options)
@@ -390,7 +414,16 @@ def campaign_command(scenarios, mode, depth, faults, seed, case_count, duration,
 @click.option("--name", default="", help="this run's directory under --out [default: mutants-<UTC time>]")
 @click.option("--case-timeout", type=click.FloatRange(min=0.1), default=120.0, show_default=True,
               help="wall-clock limit per case, seconds")
-def mutants_command(scenarios, switches, fast, workers, out, name, case_timeout) -> None:
+@click.option("--target", "target_file", type=click.Path(path_type=str), metavar="TARGET.toml",
+              help="the system under test whose switches are exercised (docs/targets.md) [default: the bundled agent]")
+@click.option("--planner-cmd", "planner_cmd", metavar="CMD",
+              help="a foreign recovery planner the agent consults in every campaign (docs/targets.md)")
+@click.option("--planner-scope", type=click.Choice(["recovery", "all"]), default=None,
+              help="which plans --planner-cmd decides [default: recovery]")
+@click.option("--launcher", type=click.Choice(["zygote", "exec"]), default=None,
+              help="how agent processes start [default: zygote where the target allows it]")
+def mutants_command(scenarios, switches, fast, workers, out, name, case_timeout, target_file, planner_cmd,
+                    planner_scope, launcher) -> None:
     """Run the campaign on the correct agent and once per known-bug switch: is every switch detected?
 
     Prints a table (per switch: detected, the invariant that caught it, the first failing case, its shrunk
@@ -403,8 +436,9 @@ def mutants_command(scenarios, switches, fast, workers, out, name, case_timeout)
     from chaos import mutants as mu
     from chaos import verdict
 
+    target = _target_or_exit(target_file, "", planner_cmd, planner_scope, launcher)
     options = mu.MutantsOptions(scenarios=list(scenarios), switches=list(switches), fast=fast, workers=workers,
-                                out=out, name=name, case_seconds=case_timeout)
+                                out=out, name=name, case_seconds=case_timeout, target=target)
     try:
         result = mu.run_mutants(options, say=lambda line: click.echo(line, err=True),
                                 command=["chaos", *sys.argv[1:]])

@@ -19,6 +19,7 @@ Not here: what to launch, when to kill (``chaos.supervisor``), the protocol.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import time
@@ -109,6 +110,28 @@ def ensure_agent_bytecode() -> None:
         pass
 
 
+# Sessions (= leader pids) this process started by exec and has not closed: what a worker sweeps when it must stop
+# at once (chaos.workers.STOP_SIGNAL), since no case's own cleanup will run then.
+_LAUNCHED: set[int] = set()
+
+
+def sweep_launched() -> None:
+    """SIGKILL every process of every session this process launched by exec and has not closed (best effort, fast:
+    called from a signal handler just before the process exits)."""
+    sessions = set(_LAUNCHED)
+    if not sessions:
+        return
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        try:
+            if os.getsid(pid) in sessions:
+                os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
 class SubprocessLauncher:
     """``subprocess.Popen`` in a new session (``start_new_session=True``: the child calls setsid, so its pid is the
     session id), stdin from /dev/null, stdout/stderr to files (a pipe nobody drains could block a chatty agent)."""
@@ -128,6 +151,7 @@ class SubprocessLauncher:
                 start_new_session=True,
                 close_fds=True,
             )
+        _LAUNCHED.add(popen.pid)
         return PopenProcess(popen)
 
 
@@ -150,6 +174,12 @@ class PopenProcess:
         return self._popen.poll()
 
     def wait(self, timeout: float | None = None) -> int | None:
+        if self._pidfd is not None and timeout is not None and self._popen.returncode is None:
+            # Popen.wait(timeout) polls with sleeps that grow to 50 ms: a process that exits just after a poll is
+            # noticed up to 50 ms late, on every probe of every case. The pidfd wakes us at the exit itself; Popen
+            # still does the reaping (poll), so there stays one reaping path.
+            ready, _, _ = select.select([self._pidfd], [], [], max(0.0, timeout))
+            return self._popen.poll() if ready else None
         try:
             return self._popen.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -162,7 +192,7 @@ class PopenProcess:
     def kill_session(self, timeout: float = 5.0) -> KillReport:
         # Take the tree before the leader dies: its children are then reparented and only the session id (or, for
         # a child that called setsid itself, nothing) still ties them to the agent.
-        tree = _descendants(self.pid)
+        tree = descendants(self.pid)
         report = KillReport()
         if self._popen.returncode is None:
             report.killed.append(proc_info(self.pid))
@@ -182,6 +212,7 @@ class PopenProcess:
         return self._pidfd
 
     def close(self) -> None:
+        _LAUNCHED.discard(self.pid)
         if self._pidfd is not None:
             os.close(self._pidfd)
             self._pidfd = None
@@ -196,7 +227,7 @@ def proc_info(pid: int) -> ProcInfo:
         return ProcInfo(pid, "?")
 
 
-def _descendants(pid: int) -> list[psutil.Process]:
+def descendants(pid: int) -> list[psutil.Process]:
     try:
         return psutil.Process(pid).children(recursive=True)
     except psutil.Error:

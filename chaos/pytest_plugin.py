@@ -56,6 +56,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="a foreign recovery planner the agent consults (`CMD plan LOG CURRENT.json`)")
     group.addoption("--killpoint-planner-scope", choices=("recovery", "all"), default=None,
                     help="which plans --killpoint-planner-cmd decides (default: recovery)")
+    group.addoption("--killpoint-launcher", choices=("zygote", "exec"), default=None,
+                    help="how agent processes start (default: zygote where the target allows it)")
     group.addoption("--killpoint-cache", default=None, metavar="DIR",
                     help="kill-point cache shared with `chaos campaign` (default: <rootdir>/reports/.cache)")
     group.addoption("--killpoint-keep", choices=("failing", "all", "none"), default="failing",
@@ -81,6 +83,7 @@ class _KillpointState:
         self.target_file = config.getoption("killpoint_target")
         self.planner_cmd = config.getoption("killpoint_planner_cmd")
         self.planner_scope = config.getoption("killpoint_planner_scope")
+        self.launcher = config.getoption("killpoint_launcher")
         self.target = None  # chaos.target.Target, resolved on first use (it imports the harness)
         self.mode = config.getoption("killpoint_mode")
         self.keep = config.getoption("killpoint_keep")
@@ -110,7 +113,7 @@ class _KillpointState:
 
             try:
                 self.target = resolve_target(self.target_file, bugs=self.bugs, planner_command=self.planner_cmd,
-                                             planner_scope=self.planner_scope)
+                                             planner_scope=self.planner_scope, launcher=self.launcher)
             except TargetError as exc:
                 raise pytest.UsageError("--killpoint-target/--killpoint-agent-bugs: " + "; ".join(exc.messages)) \
                     from None

@@ -62,6 +62,11 @@ DEFAULT_LAUNCH: dict[str, tuple[str, ...]] = {
     "describe": ("{command}", "describe", "--workspace", "{workspace}", "{flags}"),
 }
 LAUNCH_KEYS = tuple(DEFAULT_LAUNCH)
+# What the bundled agent's zygote imports once: its start path and what a run imports lazily (http.client alone is
+# ~10 ms, the checkpoint client's socket, urllib.parse). None of these modules reads the environment at import.
+BUNDLED_PRELOAD = ("agent.cli", "agent.loop", "agent.recovery", "agent.config", "agent.provider", "agent.tools",
+                   "agent.checkpoints", "agent.session.store", "agent.session.materialize", "http.client", "socket",
+                   "urllib.parse")
 _PLACEHOLDERS = frozenset({"{command}", "{flags}", "{session_dir}", "{workspace}", "{prompt}", "{log}",
                            "{current}", "{session}", "{restart}"})
 
@@ -96,6 +101,10 @@ class Target:
     blocked_exit: int | None = 3
     locked_exit: int = 6
     source: str | None = None  # the target file it was read from (None: built in)
+    # How its processes start (chaos.zygote): "zygote" forks them from a warm interpreter that imported `preload`
+    # once (only for `python -m MODULE` commands of this interpreter); "exec" starts each one from scratch.
+    launcher: str = "zygote"
+    preload: tuple[str, ...] = BUNDLED_PRELOAD
 
     # ---- identity --------------------------------------------------------------------------------------------
 
@@ -131,6 +140,12 @@ class Target:
 
     def with_planner(self, command: str | None, scope: str | None = None) -> Target:
         return replace(self, planner_command=command or None, planner_scope=scope or self.planner_scope)
+
+    def zygote_module(self) -> str | None:
+        """The module a zygote can run for this target (``python -m MODULE`` by this interpreter), or None."""
+        if self.launcher != "zygote" or len(self.command) < 3 or self.command[:2] != (sys.executable, "-m"):
+            return None
+        return self.command[2]
 
     def label(self) -> str:
         """How a person names this target in one line: ``bundled``, ``bundled AGENT_BUGS=x``, ``my-agent …``."""
@@ -222,7 +237,8 @@ class Target:
             "configuration_flags": self.configuration_flags, "planner_command": self.planner_command,
             "planner_scope": self.planner_scope, "invariants": list(self.invariants), "effects": self.effects,
             "model": self.model, "settled_exits": list(self.settled_exits), "blocked_exit": self.blocked_exit,
-            "locked_exit": self.locked_exit, "source": self.source,
+            "locked_exit": self.locked_exit, "source": self.source, "launcher": self.launcher,
+            "preload": list(self.preload),
         }
 
     @classmethod
@@ -237,7 +253,9 @@ class Target:
         launch = v.get("launch") or {}
         known = {f.name for f in fields(cls)}
         kwargs: dict[str, Any] = {k: v[k] for k in known & set(v) if k not in (
-            "command", "env", "launch", "bugs", "invariants", "settled_exits")}
+            "command", "env", "launch", "bugs", "invariants", "settled_exits", "preload")}
+        if "preload" in v:
+            kwargs["preload"] = tuple(v["preload"] or ())
         if "bundled" in v and "configuration_flags" not in v:  # round-1 agent dict
             kwargs["configuration_flags"] = bool(v["bundled"])
         if "config" in v and "source" not in v:
@@ -253,7 +271,8 @@ class Target:
 
 
 _FILE_KEYS = ("name", "kind", "protocol", "command", "launch", "env", "configuration_flags", "planner_command",
-              "planner_scope", "invariants", "effects", "model", "exits")
+              "planner_scope", "invariants", "effects", "model", "exits", "launcher", "preload")
+LAUNCHERS = ("zygote", "exec")
 
 
 def load_target(path: str | Path) -> Target:
@@ -332,6 +351,17 @@ def load_target(path: str | Path) -> Target:
         bad("effects", "only \"witness-file\" is supported (CHAOS_WITNESS)")
     if data.get("model", "openai-chat") != "openai-chat":
         bad("model", "only \"openai-chat\" is supported (OPENAI_BASE_URL, chat completions)")
+    launcher = data.get("launcher", "exec")
+    preload = data.get("preload", [])
+    if launcher not in LAUNCHERS:
+        bad("launcher", f"{launcher!r}: expected zygote or exec")
+    if not isinstance(preload, list) or not all(isinstance(m, str) and m for m in preload):
+        bad("preload", "must be a list of module names")
+        preload = []
+    if launcher == "zygote" and not (isinstance(command, list) and len(command) >= 3 and command[1] == "-m"
+                                     and command[0] in (PYTHON, sys.executable)):
+        bad("launcher", 'zygote needs command = ["{python}", "-m", MODULE] (a Python module run by this '
+                        "interpreter); any other command is launched by exec")
     exits = data.get("exits", {})
     if not isinstance(exits, dict) or set(exits) - {"settled", "blocked", "locked"}:
         bad("exits", "a table with settled (list of codes), blocked and locked (codes)")
@@ -346,7 +376,8 @@ def load_target(path: str | Path) -> Target:
     if problems:
         raise TargetError(problems)
     base = path.resolve().parent
-    argv = tuple(str((base / a).resolve()) if a.startswith(("./", "../")) else a for a in command)
+    argv = tuple(sys.executable if a == PYTHON else str((base / a).resolve()) if a.startswith(("./", "../")) else a
+                 for a in command)
     merged = {k: tuple(v) for k, v in launch.items()}
     if not flags:
         # Not bundled-shaped: `plan`, `bugs` and `describe` exist only when the file names them (an empty template
@@ -358,7 +389,8 @@ def load_target(path: str | Path) -> Target:
         launch=tuple((k, v) for k, v in merged.items()), env=tuple(sorted(env.items())),
         configuration_flags=flags, planner_command=planner.strip() if planner else None, planner_scope=scope,
         invariants=tuple(invariants), settled_exits=tuple(settled), blocked_exit=exits.get("blocked", 3),
-        locked_exit=exits.get("locked", 6), source=str(path.resolve()),
+        locked_exit=exits.get("locked", 6), source=str(path.resolve()), launcher=launcher,
+        preload=tuple(preload) or ((argv[2],) if launcher == "zygote" else ()),
     )
 
 
@@ -473,7 +505,7 @@ def describe(target: Target, flags: Sequence[str] = (), *, environ: Mapping[str,
 
 
 def resolve_target(path: str | None = None, *, bugs: str | Sequence[str] = "", planner_command: str | None = None,
-                   planner_scope: str | None = None) -> Target:
+                   planner_scope: str | None = None, launcher: str | None = None) -> Target:
     """The one place a front end (CLI, pytest plugin, mutants) builds its target: the file (default: the bundled
     agent), then the known-bug switches (checked against what the target offers) and a foreign planner on top."""
     target = load_target(path) if path else Target()
@@ -488,6 +520,11 @@ def resolve_target(path: str | None = None, *, bugs: str | Sequence[str] = "", p
             shlex.split(planner_command)
         except ValueError as exc:
             raise TargetError(f"planner command {planner_command!r}: {exc}") from None
+    if launcher is not None:
+        if launcher not in LAUNCHERS:
+            raise TargetError(f"launcher {launcher!r}: expected zygote or exec")
+        target = replace(target, launcher=launcher, preload=target.preload or (
+            (target.command[2],) if len(target.command) >= 3 and target.command[1] == "-m" else ()))
     target = target.with_bugs(check_bugs(target, names))
     if planner_command or planner_scope:
         target = target.with_planner(planner_command or target.planner_command, planner_scope)

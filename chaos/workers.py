@@ -2,16 +2,19 @@
 
 Why processes and not threads: the harness's own work per case (barrier bookkeeping, the oracle re-reading logs)
 is Python, and a nightly machine has many cores; one worker process per core, each with its *own* scripted model
-server (its own port, ``chaos.case.shared_server``), keeps them independent. Workers come from a ``forkserver``
-(forked from a clean single-threaded server, never from the campaign process after its progress thread started).
+server (its own port, ``chaos.case.shared_server``) and its own zygote (``chaos.case.shared_launcher``), keeps
+them independent. Workers are *spawned* (exec'd), never forked from the campaign process, whose threads may hold
+locks.
 
 Modelled on pytest-xdist's worker controller: the pool hands out one job at a time per worker; a worker that dies
 while running job X (OOM kill, a harness bug that segfaults) is not an exception in the campaign — it becomes an
 ``error`` record for X ("worker died while running X") and a fresh worker takes its place.
 
-If the campaign process itself is SIGKILLed, its workers must not live on: each worker asks the kernel for SIGKILL
-when its parent (the forkserver, which exits when the campaign dies) goes away (``PR_SET_PDEATHSIG``), and an
-agent left at a barrier loses its checkpoint channel and exits by itself (protocol: exit 7).
+If the campaign process itself is SIGKILLed, nothing of it may live on. Each worker asks the kernel for
+``STOP_SIGNAL`` when the campaign dies (``PR_SET_PDEATHSIG``; the campaign is its direct parent); on it the worker
+SIGKILLs every agent session it exec'd and exits at once. Its zygote gets SIGTERM when the worker dies, sweeps every
+session it forked (and, as a child subreaper, every orphan they left) and exits; forked agents get SIGKILL when the
+zygote dies. So a SIGKILL of the campaign ends the whole tree, a slow bash tool included, in milliseconds.
 
 A case job (``run_case_job``) is the whole life of a case: run it; on failure re-run it once (a failure that does
 not reproduce is ``flaky``, reported separately); shrink a reproduced failure while the same invariant fails; and
@@ -27,6 +30,7 @@ import ctypes
 import hashlib
 import json
 import multiprocessing
+import os
 import shutil
 import signal
 import traceback
@@ -447,18 +451,37 @@ def _record(ctx: Context, spec, outcome: Outcome) -> dict[str, Any]:
 # The worker process and the pool
 
 
-def _die_with_parent() -> None:
+# The signal a worker gets when the campaign process dies (PR_SET_PDEATHSIG) or when the pool stops it mid-case:
+# not SIGKILL, so that it can sweep what it started first; not SIGTERM or SIGINT, which a CI runner may send to the
+# whole process group and which the campaign itself handles.
+STOP_SIGNAL = signal.SIGUSR2
+
+
+def _stop_now(signum, frame) -> None:  # noqa: ARG001 - signal API
+    """Sweep every agent session this worker started by exec (a zygote sweeps its own when this process is gone)
+    and exit at once: nothing of a dead campaign may go on launching or running agents."""
+    from chaos.process import sweep_launched
+
+    sweep_launched()
+    os._exit(1)
+
+
+def _die_with_parent(parent: int) -> None:
+    signal.signal(STOP_SIGNAL, _stop_now)
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        libc.prctl(_PR_SET_PDEATHSIG, STOP_SIGNAL)
     except (OSError, AttributeError):  # not Linux: the campaign's own cleanup is all there is
         pass
+    if os.getppid() != parent:  # the campaign died before the request was in place: the signal will never come
+        _stop_now(STOP_SIGNAL, None)
 
 
-def worker_main(config: WorkerConfig, conn: Connection) -> None:
+def worker_main(config: WorkerConfig, conn: Connection, parent: int) -> None:
     """Worker loop: receive ``(job_id, kind, args)``, send ``(job_id, "ok"|"error", payload)``; ``None`` stops it."""
-    _die_with_parent()
+    _die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the campaign's to handle, not each worker's
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # idem for a CI runner's SIGTERM to the process group
     ctx = Context(config)
     jobs: dict[str, Callable[..., dict[str, Any]]] = {
         "baseline": lambda name: discover_baseline(ctx, name),
@@ -496,7 +519,10 @@ class WorkerPool:
     def __init__(self, config: WorkerConfig, size: int):
         self.config = config
         self.size = max(1, size)
-        self.ctx = multiprocessing.get_context("forkserver")
+        # spawn (exec), not fork or forkserver: the worker's parent is then the campaign process itself, so the
+        # parent-death signal fires when the campaign dies (a forkserver in between kept every worker alive, with
+        # its cases and agents, after a SIGKILL of the campaign), and no lock of the campaign's threads is inherited.
+        self.ctx = multiprocessing.get_context("spawn")
         self.workers: list[_Worker] = []
         self.queue: list[tuple] = []
         self._next = 0
@@ -509,7 +535,7 @@ class WorkerPool:
 
     def _spawn(self) -> _Worker:
         parent, child = self.ctx.Pipe()
-        process = self.ctx.Process(target=worker_main, args=(self.config, child), daemon=True)
+        process = self.ctx.Process(target=worker_main, args=(self.config, child, os.getpid()), daemon=True)
         process.start()
         child.close()
         worker = _Worker(process, parent)
@@ -587,9 +613,12 @@ class WorkerPool:
                     pass
         for w in self.workers:
             if w.job is not None:
-                # A worker mid-case would finish it first; its case is not journaled, so nothing is lost by killing
-                # it now (resume runs the case again). Its agents lose their checkpoint channel and exit.
-                w.process.kill()
+                # A worker mid-case would finish it first; its case is not journaled, so nothing is lost by stopping
+                # it now (resume runs the case again). STOP_SIGNAL makes it sweep its agents before it exits.
+                try:
+                    os.kill(w.process.pid, STOP_SIGNAL)
+                except OSError:
+                    pass
             w.process.join(timeout)
             if w.process.is_alive():
                 w.process.kill()

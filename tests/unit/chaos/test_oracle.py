@@ -187,7 +187,7 @@ def evidence(log: Log, *, writers: dict[int, int] | None = None, launches: list[
             barriers.append(Barrier(len(barriers), launch, phase, names, first, last, offset,
                                     start if phase != "after-sync" else end, offset))
         acks.append(Ack(tx, launch, first, last, start, end, end, end, log.data[start:end]))
-    sha = oracle._sha(log.data)
+    sha = oracle.sha(log.data)
     values = dict(
         case_id="unit::x", schedule=(), final_log=log.data, acknowledged=acks, barriers=barriers,
         launches=launches or [LaunchInfo(0, "step", 0, current=CURRENT)],

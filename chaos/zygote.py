@@ -1,0 +1,496 @@
+"""The zygote launcher: one warm Python process per worker that forks a fresh agent per launch, in milliseconds.
+
+Why. A launch of the bundled agent by exec costs 90-110 ms before its first barrier (interpreter start-up, imports);
+a case launches it four times or more. A Python process that has already imported the agent's start path forks,
+and the child *becomes* the agent (``runpy``) in about 2 ms. Agent frameworks import in seconds, so without this a
+campaign against them would spend nearly all its time importing.
+
+Shape. ``ZygoteLauncher`` (the harness side, a ``chaos.process.Launcher``) starts the zygote **by exec**
+(``python -m chaos.zygote FD MODULE…``) — never by forking a harness worker, whose scripted-server threads may
+hold locks that a forked child would inherit locked. The zygote imports the preload modules once, then serves
+launch requests over a Unix socket pair (newline-delimited JSON, one request in flight per launcher). For each
+launch it forks one child, which becomes the agent:
+
+- its own argv (``sys.argv``), environment (``os.environ`` replaced), cwd, standard streams (``/dev/null`` and the
+  two files), session and process group (``setsid``: the harness kills "the session" as for an exec'd agent);
+- the parent-death signal set again (it is cleared by fork): SIGKILL when the zygote dies;
+- the signal state of a fresh interpreter: SIGINT → ``KeyboardInterrupt``, SIGTERM/SIGCHLD default, SIGPIPE and
+  SIGXFSZ ignored (what CPython sets at start-up), no wakeup fd, an empty signal mask;
+- no inherited descriptor beyond 0-2 (``closerange``: the zygote's socket, pipes and whatever the preload opened),
+  no inherited thread (the zygote refuses to serve when its preload left another thread running: the launcher
+  falls back to exec with a one-line warning), ``random`` reseeded from the OS (ids: ``agent.session.ids`` draws
+  from ``os.urandom`` on every call, so forked children never share a sequence).
+
+The zygote is the **one reaping path** of its children (``waitpid`` on SIGCHLD) and relays each exit status
+(negative = killed by that signal, as ``subprocess`` reports it) to the launcher; the harness never waits on a pid
+it did not fork. It also makes itself a child subreaper, so a process an agent left behind (a bash tool's
+grandchild) is reparented to it, and on SIGTERM or end-of-file it SIGKILLs every process of its children's
+sessions and every descendant before exiting: nothing it started outlives it. It asks for SIGTERM when its own
+parent (the worker) dies, and the worker asks the same of the campaign (chaos.workers), so a SIGKILL of the
+campaign takes everything down in cascade.
+
+Which preloads are safe. A module that reads the environment *at import* sees the zygote's environment, not the
+launch's. The bundled agent reads ``os.environ`` only when its commands run (``main`` → ``os.environ``); a target
+declaring its own ``preload`` must have the same property, or list only modules that do.
+
+OS and interpreter facts relied on: ``fork`` copies only the calling thread (hence the single-thread check);
+``PR_SET_PDEATHSIG`` is cleared in a fork child and fires when the parent *thread* exits (the zygote is single
+threaded); a pidfd (``os.pidfd_open``, Linux ≥ 5.3) can watch and signal a process that is not our child and stays
+valid across pid reuse; ``os.closerange`` uses ``close_range(2)`` where the kernel has it.
+
+Not here: when to kill (``chaos.supervisor``), sweeping a session after a case (``chaos.process``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+READY_SECONDS = 120.0  # the preload may be a framework that imports for seconds on a cold, busy machine
+REPLY_SECONDS = 30.0
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The zygote process (python -m chaos.zygote FD MODULE…): stdlib only, nothing of chaos imported
+
+
+def _prctl(option: int, value: int) -> bool:
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(option, value, 0, 0, 0) == 0
+    except (OSError, AttributeError):  # not Linux
+        return False
+
+
+def _send(sock: socket.socket, message: Mapping) -> None:
+    sock.sendall(json.dumps(message).encode() + b"\n")
+
+
+def _become(request: Mapping, zygote_pid: int) -> None:
+    """In the forked child: turn this process into a fresh launch of ``request["module"]``; never returns."""
+    code = 1
+    try:
+        os.setsid()
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != zygote_pid:  # the zygote died between fork and prctl: the signal would never come
+            os._exit(1)
+        signal.set_wakeup_fd(-1)
+        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # as CPython installs it at start-up
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # idem
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # idem
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        null = os.open(os.devnull, os.O_RDONLY)
+        out = os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        err = os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        for fd, target in ((null, 0), (out, 1), (err, 2)):
+            os.dup2(fd, target)
+        os.closerange(3, 1 << 20)  # the zygote's socket and wake pipe, and anything the preload opened
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        import random
+
+        random.seed()
+        import runpy
+
+        sys.argv = [request["module"], *request["args"]]
+        try:
+            runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+            code = 0
+        except SystemExit as exc:
+            if exc.code is None:
+                code = 0
+            elif isinstance(exc.code, int):
+                code = exc.code
+            else:
+                sys.stderr.write(f"{exc.code}\n")
+                code = 1
+        except KeyboardInterrupt:
+            # What CPython does with an uncaught KeyboardInterrupt: die by SIGINT, so the parent sees the signal.
+            _flush()
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
+        except BaseException:  # noqa: BLE001 - an uncaught exception is a traceback and exit 1, as in python -m
+            import traceback
+
+            traceback.print_exc()
+            code = 1
+    finally:
+        _flush()
+        os._exit(code & 0xFF if isinstance(code, int) else 1)  # never the zygote's atexit handlers or finalizers
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+
+
+def _sweep(children: set[int]) -> None:
+    """SIGKILL every process of the children's sessions and every descendant of the zygote (subreaper orphans)."""
+    me = os.getpid()
+    for _ in range(50):
+        victims = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) == me:
+                continue
+            pid = int(entry)
+            try:
+                sid = os.getsid(pid)
+                with open(f"/proc/{pid}/stat", "rb") as f:
+                    ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            if sid in children or ppid == me:
+                victims.append(pid)
+        if not victims:
+            return
+        for pid in victims:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        _reap(set())
+        time.sleep(0.01)
+
+
+def _reap(children: set[int], sock: socket.socket | None = None) -> None:
+    """Reap every exited child (ours and reparented orphans); report ours to the launcher."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        if pid in children:
+            children.discard(pid)
+            if sock is not None:
+                try:
+                    _send(sock, {"exit": pid, "status": os.waitstatus_to_exitcode(status)})
+                except OSError:
+                    pass
+
+
+def serve(fd: int, preload: Sequence[str]) -> int:
+    """The zygote's life: preload, announce, then fork one child per launch request until end-of-file."""
+    parent = os.getppid()
+    sock = socket.socket(fileno=fd)
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)  # SIGTERM, not SIGKILL: the handler sweeps before exiting
+    if os.getppid() != parent:
+        return 1
+    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the campaign's to handle
+    children: set[int] = set()
+    stop = False
+
+    def on_term(signum, frame):  # noqa: ARG001 - signal API
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_term)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    os.set_blocking(wake_r, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda s, f: None)  # a handler, so the wakeup fd sees SIGCHLD
+    try:
+        import importlib
+
+        for name in preload:
+            importlib.import_module(name)
+    except BaseException as exc:  # noqa: BLE001 - any failure of the preload is the launcher's fallback reason
+        _send(sock, {"fallback": f"preload {name!r} failed: {type(exc).__name__}: {exc}"})
+        return 1
+    import threading
+
+    if threading.active_count() > 1:
+        _send(sock, {"fallback": f"the preload left {threading.active_count()} threads running (fork copies only "
+                                 "one: their locks could be held in every child)"})
+        return 1
+    _send(sock, {"ready": os.getpid()})
+    buffer = b""
+    try:
+        while not stop:
+            try:
+                ready, _, _ = select.select([sock, wake_r], [], [])
+            except InterruptedError:
+                continue
+            if wake_r in ready:
+                try:
+                    os.read(wake_r, 4096)
+                except BlockingIOError:
+                    pass
+                _reap(children, sock)
+            if sock in ready:
+                data = sock.recv(1 << 20)
+                if not data:
+                    break  # the launcher is gone
+                buffer += data
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    request = json.loads(line)
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                    pid = os.fork()
+                    if pid == 0:
+                        _become(request, os.getppid())
+                    children.add(pid)
+                    _send(sock, {"id": request["id"], "pid": pid})
+    finally:
+        _sweep(set(children))
+        _reap(children)
+    return 0
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The harness side
+
+
+class ZygoteError(Exception):
+    """The zygote could not start or stopped answering (the launcher then falls back to exec)."""
+
+
+class ZygoteLauncher:
+    """A ``chaos.process.Launcher`` that forks launches of ``python -m MODULE`` from a warm zygote.
+
+    An argv that is not ``[this interpreter, "-m", MODULE, …]`` (a foreign command) is launched by exec. When the
+    zygote cannot serve (its preload failed or left threads running) every launch is by exec and ``fallback``
+    says why. Use one launcher per process (a campaign worker); ``close`` stops the zygote and sweeps its children.
+    """
+
+    def __init__(self, module: str = "agent", preload: Sequence[str] = ("agent.cli", "agent.loop"), *,
+                 python: str = sys.executable, stderr: str | Path | None = None):
+        from chaos.process import SubprocessLauncher
+
+        self.module = module
+        self.preload = tuple(preload)
+        self.python = python
+        self.exec = SubprocessLauncher()
+        self.fallback: str | None = None
+        self._status: dict[int, int] = {}
+        self._replies: dict[int, dict] = {}
+        self._next = 0
+        self._buffer = b""
+        self._sock: socket.socket | None = None
+        self._proc: subprocess.Popen | None = None
+        self._start(stderr)
+
+    # ---- life ------------------------------------------------------------------------------------------------
+
+    def _start(self, stderr) -> None:
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        err = open(stderr, "ab") if stderr else subprocess.DEVNULL
+        try:
+            self._proc = subprocess.Popen(
+                [self.python, "-m", "chaos.zygote", str(theirs.fileno()), *self.preload],
+                pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+                close_fds=True)
+        except OSError as exc:
+            self.fallback = f"the zygote could not start: {exc}"
+            mine.close()
+            return
+        finally:
+            theirs.close()
+            if err is not subprocess.DEVNULL:
+                err.close()
+        self._sock = mine
+        message = self._read_until(lambda m: "ready" in m or "fallback" in m, READY_SECONDS)
+        if message is None:
+            self.fallback = "the zygote did not become ready"
+        elif "fallback" in message:
+            self.fallback = message["fallback"]
+        if self.fallback:
+            self.close()
+
+    def close(self) -> None:
+        """Stop the zygote: end-of-file makes it sweep every process it started and exit."""
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        if self._proc is not None:
+            try:
+                self._proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+            self._proc = None
+
+    @property
+    def alive(self) -> bool:
+        return self._sock is not None and self._proc is not None and self._proc.poll() is None
+
+    # ---- messages ----------------------------------------------------------------------------------------------
+
+    def _read_until(self, done, timeout: float) -> dict | None:
+        """Read messages (recording exits and replies) until ``done(message)``; None on timeout or end-of-file."""
+        deadline = time.monotonic() + timeout
+        while True:
+            while b"\n" in self._buffer:
+                line, self._buffer = self._buffer.split(b"\n", 1)
+                message = json.loads(line)
+                if "exit" in message:
+                    self._status[message["exit"]] = message["status"]
+                elif "id" in message:
+                    self._replies[message["id"]] = message
+                if done(message):
+                    return message
+            left = deadline - time.monotonic()
+            if left <= 0 or self._sock is None:
+                return None
+            ready, _, _ = select.select([self._sock], [], [], left)
+            if not ready:
+                return None
+            data = self._sock.recv(1 << 16)
+            if not data:
+                self._sock.close()
+                self._sock = None
+                return None
+            self._buffer += data
+
+    def pump(self, timeout: float = 0.0) -> None:
+        """Record whatever the zygote has said (exit statuses) within ``timeout`` seconds."""
+        self._read_until(lambda m: False, timeout)
+
+    def status(self, pid: int, timeout: float = 0.0) -> int | None:
+        """The exit status of child ``pid`` once the zygote reaped it (waiting up to ``timeout``)."""
+        if pid not in self._status and timeout >= 0:
+            self._read_until(lambda m: m.get("exit") == pid, timeout)
+        return self._status.get(pid)
+
+    # ---- launching --------------------------------------------------------------------------------------------
+
+    def accepts(self, argv: Sequence[str]) -> bool:
+        return (self.fallback is None and self.alive and len(argv) >= 3 and argv[0] == self.python
+                and argv[1] == "-m" and argv[2] == self.module)
+
+    def launch(self, argv: Sequence[str], env: Mapping[str, str], cwd: Path, stdout: Path, stderr: Path):
+        if not self.accepts(argv):
+            return self.exec.launch(argv, env, cwd, stdout, stderr)
+        self._next += 1
+        request = {"id": self._next, "module": self.module, "args": list(argv[3:]), "env": dict(env),
+                   "cwd": str(cwd), "stdout": str(stdout), "stderr": str(stderr)}
+        assert self._sock is not None
+        self._sock.sendall(json.dumps(request).encode() + b"\n")
+        reply = self._read_until(lambda m: m.get("id") == request["id"], REPLY_SECONDS)
+        if reply is None:
+            self.fallback = "the zygote stopped answering"
+            self.close()
+            return self.exec.launch(argv, env, cwd, stdout, stderr)
+        return ZygoteProcess(self, reply["pid"])
+
+
+class ZygoteProcess:
+    """``chaos.process.AgentProcess`` for a child of the zygote: watched and signalled through a pidfd (never by a
+    bare pid, which could be recycled once the zygote has reaped it); its exit status comes from the zygote."""
+
+    def __init__(self, launcher: ZygoteLauncher, pid: int):
+        self.launcher = launcher
+        self.pid = pid
+        self.session_id = pid
+        try:
+            self._pidfd: int | None = os.pidfd_open(pid)
+        except (AttributeError, OSError):  # already reaped (it exited at once), or no pidfd: the zygote's word only
+            self._pidfd = None
+        self.returncode: int | None = None
+
+    def _exited(self, timeout: float) -> bool:
+        if self._pidfd is None:
+            return True
+        ready, _, _ = select.select([self._pidfd], [], [], max(0.0, timeout))
+        return bool(ready)
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            code = self.launcher.status(self.pid, 0.0)
+            if code is None and self._exited(0.0):
+                # Exited: the zygote reaps on SIGCHLD and reports within milliseconds.
+                code = self.launcher.status(self.pid, 5.0)
+            self.returncode = code
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return None
+            if self._pidfd is not None:
+                self._exited(0.5 if left is None else min(left, 0.5))
+            else:
+                self.launcher.pump(0.05 if left is None else min(left, 0.05))
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is not None or self._pidfd is None:
+            return
+        try:
+            signal.pidfd_send_signal(self._pidfd, sig)
+        except ProcessLookupError:  # exited meanwhile
+            pass
+
+    def kill_session(self, timeout: float = 5.0):
+        from chaos.process import KillReport, descendants, kill_processes, proc_info, session_members
+
+        tree = descendants(self.pid)
+        report = KillReport()
+        if self.poll() is None:
+            report.killed.append(proc_info(self.pid))
+            self.send_signal(signal.SIGKILL)
+        rest = kill_processes(lambda: [*tree, *session_members(self.session_id)], timeout,
+                              leader_done=lambda: self.wait(0.005) is not None)
+        report.killed += rest.killed
+        report.survivors += rest.survivors
+        if self.returncode is None:
+            report.survivors.append(proc_info(self.pid))
+        return report
+
+    def exit_fd(self) -> int | None:
+        return self._pidfd
+
+    def close(self) -> None:
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+
+
+def launcher_for(target, *, stderr: str | Path | None = None, warn=None):
+    """The launcher of ``target`` (``chaos.target.Target``) in this process: a zygote when the target allows one
+    (``launcher = "zygote"`` and a ``python -m MODULE`` command of this interpreter), else exec. A zygote that cannot
+    serve falls back to exec and ``warn`` gets one line saying why."""
+    from chaos.process import SubprocessLauncher
+
+    module = target.zygote_module()
+    if module is None:
+        return SubprocessLauncher()
+    launcher = ZygoteLauncher(module, target.preload or (module,), stderr=stderr)
+    if launcher.fallback and warn is not None:
+        warn(f"zygote launcher unavailable ({launcher.fallback}); launching by exec")
+    return launcher
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 1 or not argv[0].isdigit():
+        sys.stderr.write("usage: python -m chaos.zygote FD MODULE...\n")
+        return 2
+    return serve(int(argv[0]), argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
