@@ -78,8 +78,10 @@ def _send(sock: socket.socket, message: Mapping) -> None:
     sock.sendall(json.dumps(message).encode() + b"\n")
 
 
-def _become(request: Mapping, zygote_pid: int) -> None:
-    """In the forked child: turn this process into a fresh launch of ``request["module"]``; never returns."""
+def _become(request: Mapping, zygote_pid: int, out: int, err: int) -> None:
+    """In the forked child: turn this process into a fresh launch of ``request["module"]``; never returns.
+    ``out``/``err`` are the launch's output files, opened by the zygote before the fork (so they exist, as with
+    exec, the moment the launch is announced)."""
     code = 1
     try:
         os.setsid()
@@ -94,8 +96,6 @@ def _become(request: Mapping, zygote_pid: int) -> None:
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # idem
         signal.pthread_sigmask(signal.SIG_SETMASK, [])
         null = os.open(os.devnull, os.O_RDONLY)
-        out = os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        err = os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         for fd, target in ((null, 0), (out, 1), (err, 2)):
             os.dup2(fd, target)
         os.closerange(3, 1 << 20)  # the zygote's socket and wake pipe, and anything the preload opened
@@ -107,7 +107,12 @@ def _become(request: Mapping, zygote_pid: int) -> None:
         random.seed()
         import runpy
 
-        sys.argv = [request["module"], *request["args"]]
+        # As `python -m MODULE`: the module runs as __main__ from its source, not as the copy a preload imported.
+        name = request["module"]
+        if name in sys.modules and not hasattr(sys.modules[name], "__path__"):
+            del sys.modules[name]
+        sys.modules.pop(f"{name}.__main__", None)
+        sys.argv = [name, *request["args"]]
         try:
             runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
             code = 0
@@ -224,7 +229,8 @@ def serve(fd: int, preload: Sequence[str]) -> int:
         _send(sock, {"fallback": f"the preload left {threading.active_count()} threads running (fork copies only "
                                  "one: their locks could be held in every child)"})
         return 1
-    _send(sock, {"ready": os.getpid()})
+    zygote_pid = os.getpid()
+    _send(sock, {"ready": zygote_pid})
     buffer = b""
     try:
         while not stop:
@@ -248,9 +254,17 @@ def serve(fd: int, preload: Sequence[str]) -> int:
                     request = json.loads(line)
                     sys.stdout.flush()
                     sys.stderr.flush()
+                    try:
+                        out = os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                        err = os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                    except OSError as exc:
+                        _send(sock, {"id": request["id"], "error": f"cannot open the output files: {exc}"})
+                        continue
                     pid = os.fork()
                     if pid == 0:
-                        _become(request, os.getppid())
+                        _become(request, zygote_pid, out, err)
+                    os.close(out)
+                    os.close(err)
                     children.add(pid)
                     _send(sock, {"id": request["id"], "pid": pid})
     finally:
@@ -389,6 +403,8 @@ class ZygoteLauncher:
         assert self._sock is not None
         self._sock.sendall(json.dumps(request).encode() + b"\n")
         reply = self._read_until(lambda m: m.get("id") == request["id"], REPLY_SECONDS)
+        if reply is not None and "error" in reply:
+            raise OSError(reply["error"])  # as Popen would raise for an output file it cannot open
         if reply is None:
             self.fallback = "the zygote stopped answering"
             self.close()

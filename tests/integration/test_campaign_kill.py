@@ -1,0 +1,63 @@
+"""A campaign killed with SIGKILL leaves nothing behind, whatever it was doing (real processes, both launchers)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+HERE = Path(__file__).resolve().parent
+SCENARIO = HERE / "campaign" / "slow-bash.toml"
+
+
+def _mine(marker: str) -> list[psutil.Process]:
+    """Every live process whose command line or cwd mentions ``marker`` (this test's directory)."""
+    found = []
+    for p in psutil.process_iter(["cmdline", "cwd", "status"]):
+        try:
+            text = " ".join(p.info["cmdline"] or []) + " " + (p.info["cwd"] or "")
+        except psutil.Error:
+            continue
+        if marker in text and p.info["status"] != psutil.STATUS_ZOMBIE and p.pid != os.getpid():
+            found.append(p)
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["zygote", "exec"])
+def test_sigkill_of_the_campaign_with_a_slow_tool_in_flight_leaves_nothing(tmp_path, launcher):
+    """SIGKILL of `chaos campaign` while a bash tool sleeps: after 2 s no worker, zygote, agent or tool is alive,
+    and no new agent was launched."""
+    out = tmp_path / "reports"
+    campaign = subprocess.Popen(
+        [sys.executable, "-m", "chaos", "campaign", str(SCENARIO), "--out", str(out), "--name", "k", "-j", "1",
+         "--launcher", launcher], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        tree: list[psutil.Process] = []
+        while time.monotonic() < deadline:
+            tree = psutil.Process(campaign.pid).children(recursive=True)
+            if any(p.name() == "sleep" for p in tree if p.is_running()):
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the bash tool never started")
+        campaign.send_signal(signal.SIGKILL)
+        campaign.wait()
+        gone, alive = psutil.wait_procs(tree, timeout=2)
+        alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        assert not alive, [(p.pid, p.name(), p.cmdline()) for p in alive]
+        time.sleep(0.5)
+        assert not _mine(str(tmp_path))  # nothing new started after the kill either
+    finally:
+        if campaign.poll() is None:
+            campaign.kill()
+        for p in _mine(str(tmp_path)):
+            p.kill()

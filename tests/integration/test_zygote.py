@@ -1,0 +1,158 @@
+"""The zygote launcher with real processes: a forked launch is as fresh as an exec'd one, statuses are relayed, and
+nothing it started outlives it (chaos/zygote.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from chaos.process import SubprocessLauncher
+from chaos.zygote import ZygoteLauncher
+
+REPO = Path(__file__).resolve().parents[2]
+MODULE = "tests.agents.fresh"
+
+
+@pytest.fixture
+def zygote():
+    launcher = ZygoteLauncher(MODULE, ("json", "subprocess", "ctypes"))
+    assert launcher.fallback is None, launcher.fallback
+    yield launcher
+    launcher.close()
+
+
+def env(**extra) -> dict:
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(REPO), **extra}
+
+
+def launch(launcher, tmp_path: Path, *args: str, **variables):
+    out, err = tmp_path / f"{len(list(tmp_path.iterdir()))}.out", tmp_path / f"{len(list(tmp_path.iterdir()))}.err"
+    proc = launcher.launch([sys.executable, "-m", MODULE, *args], env(**variables), tmp_path, out, err)
+    return proc, out, err
+
+
+class TestFreshness:
+    def test_a_forked_launch_sees_what_an_exec_launch_sees(self, zygote, tmp_path):
+        """argv, environment, cwd, descriptors, signal dispositions and mask, threads and session match exec."""
+        seen = []
+        for launcher in (zygote, SubprocessLauncher()):
+            work = tmp_path / type(launcher).__name__
+            work.mkdir()
+            proc, out, err = launch(launcher, work, "report", FRESH_VARS="A,B,HOME", A="1", B="two")
+            assert proc.wait(20) == 0, err.read_text()
+            proc.close()
+            data = json.loads(out.read_text())
+            assert err.read_text() == "to stderr\n"
+            seen.append(data)
+        forked, execd = seen
+        for key in ("argv", "env", "signals", "mask", "threads", "session_leader", "stdin_empty", "fds"):
+            assert forked[key] == execd[key], key
+        assert forked["env"] == {"A": "1", "B": "two", "HOME": None}  # the launch's variables, not the zygote's
+        assert forked["cwd"].endswith("ZygoteLauncher") and forked["fds"] == [0, 1, 2, 3]
+        assert forked["pdeathsig"] == signal.SIGKILL  # set again after fork: it dies with the zygote
+
+    def test_two_children_do_not_share_random_state(self, zygote, tmp_path):
+        """Each child reseeds random: two launches draw different numbers."""
+        draws = []
+        for _ in range(2):
+            proc, out, _ = launch(zygote, tmp_path, "report")
+            assert proc.wait(20) == 0
+            draws.append(json.loads(out.read_text())["random"])
+        assert draws[0] != draws[1]
+
+
+class TestStatuses:
+    @pytest.mark.parametrize("args, expected", [
+        (("exit", "3"), 3), (("exit", "0"), 0), (("raise",), 1), (("interrupt",), -signal.SIGINT),
+    ])
+    def test_exit_statuses_are_relayed_as_subprocess_reports_them(self, zygote, tmp_path, args, expected):
+        """An exit code, an uncaught exception and an uncaught KeyboardInterrupt come back as exec would give."""
+        proc, _, err = launch(zygote, tmp_path, *args)
+        assert proc.wait(20) == expected, err.read_text()
+        if args == ("raise",):
+            assert "RuntimeError: boom" in err.read_text()
+
+    def test_a_killed_child_reports_the_signal_and_its_session_is_swept(self, zygote, tmp_path):
+        """kill_session SIGKILLs the child and its grandchild; the zygote reports -9."""
+        proc, out, _ = launch(zygote, tmp_path, "sleep", "30")
+        deadline = time.monotonic() + 20
+        while not out.read_text() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        grandchildren = psutil.Process(proc.pid).children()
+        report = proc.kill_session()
+        assert proc.wait(5) == -signal.SIGKILL and not report.survivors
+        assert grandchildren and not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+                                         for p in grandchildren)
+
+    def test_poll_is_none_while_running_and_exit_fd_wakes_at_exit(self, zygote, tmp_path):
+        """poll() answers None for a live child; its exit fd becomes readable when it ends."""
+        import select
+
+        proc, _, _ = launch(zygote, tmp_path, "sleep", "0.3")
+        assert proc.poll() is None
+        ready, _, _ = select.select([proc.exit_fd()], [], [], 10)
+        assert ready and proc.poll() == 0
+
+
+class TestLifetime:
+    def test_children_die_with_the_zygote(self, zygote, tmp_path):
+        """SIGKILL of the zygote itself kills its children (their parent-death signal)."""
+        proc, out, _ = launch(zygote, tmp_path, "sleep", "30")
+        while not out.read_text():
+            time.sleep(0.01)
+        zygote._proc.kill()
+        assert psutil.wait_procs([psutil.Process(proc.pid)], timeout=5)[1] == []
+
+    def test_nothing_outlives_the_process_that_owns_the_zygote(self, tmp_path):
+        """SIGKILL of the owning process: the zygote sweeps its children's sessions, grandchildren included."""
+        script = tmp_path / "owner.py"
+        script.write_text(textwrap.dedent(f"""
+            import os, sys, time
+            sys.path.insert(0, {str(REPO)!r})
+            from chaos.zygote import ZygoteLauncher
+            z = ZygoteLauncher({MODULE!r}, ({MODULE!r},))
+            out = {str(tmp_path / "child.out")!r}
+            p = z.launch([sys.executable, "-m", {MODULE!r}, "sleep", "60"],
+                         {{"PATH": os.environ["PATH"], "PYTHONPATH": {str(REPO)!r}}}, {str(tmp_path)!r}, out, out + ".err")
+            print(z._proc.pid, p.pid, flush=True)
+            time.sleep(60)
+        """))
+        owner = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+        try:
+            zygote_pid, child_pid = map(int, owner.stdout.readline().split())
+            while not (tmp_path / "child.out").read_text():
+                time.sleep(0.01)
+            tree = [psutil.Process(zygote_pid), *psutil.Process(zygote_pid).children(recursive=True)]
+            assert len(tree) >= 3  # zygote, child, grandchild sleep
+            owner.kill()
+            owner.wait()
+            gone, alive = psutil.wait_procs(tree, timeout=2)
+            assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
+        finally:
+            owner.kill()
+
+    def test_a_preload_that_leaves_a_thread_falls_back_to_exec(self, tmp_path):
+        """A preload that starts a thread makes the zygote refuse; launches then go by exec, and say why."""
+        (tmp_path / "threaded_preload.py").write_text(
+            "import threading, time\nthreading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n")
+        old = os.environ.get("PYTHONPATH")
+        os.environ["PYTHONPATH"] = f"{tmp_path}:{REPO}"
+        try:
+            launcher = ZygoteLauncher(MODULE, ("threaded_preload",))
+        finally:
+            if old is None:
+                del os.environ["PYTHONPATH"]
+            else:
+                os.environ["PYTHONPATH"] = old
+        assert launcher.fallback and "threads running" in launcher.fallback
+        proc, out, _ = launch(launcher, tmp_path, "report")
+        assert proc.wait(20) == 0 and json.loads(out.read_text())["pdeathsig"] == 0  # exec'd, not forked
