@@ -46,7 +46,17 @@ from chaos.errors import ChaosError
 from chaos.files import write_json
 from chaos.report import CaseReport
 from chaos.report.summary import deduplicate
-from chaos.journal import JOURNAL, Journal, JournalError, read_campaign, read_journal, write_campaign
+from chaos.journal import (
+    CAMPAIGN,
+    JOURNAL,
+    CampaignLock,
+    Journal,
+    JournalError,
+    read_campaign,
+    read_journal,
+    read_lines,
+    write_campaign,
+)
 from chaos.schedules import CaseSpec, Recovery, ScenarioPoints, Transaction, parse_shard, shard
 from chaos.schedules.depth2 import Depth2
 from chaos.schedules.exhaustive import Exhaustive
@@ -120,10 +130,27 @@ class CampaignOptions:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, value: Mapping[str, Any]) -> CampaignOptions:
+    def from_json(cls, value: Mapping[str, Any], where: str = "campaign.json: options") -> CampaignOptions:
+        """The options stored in ``campaign.json``; ``CampaignError`` with one line per field (``where``.field)
+        whose stored value does not fit its type, or a target that is not one (a hand-edited or corrupt file)."""
+        from chaos import shapes
+
+        if not isinstance(value, Mapping):
+            raise CampaignError(f"{where}: expected a JSON object, got {shapes.describe(value)}")
         value = dict(value)
-        if "agent" in value and "target" not in value:  # a round-1 campaign.json
-            value["target"] = Target.from_json(value.pop("agent")).to_json()
+        problems = []
+        for key in ("agent", "target"):  # "agent": a round-1 campaign.json
+            if key in value and (key == "target" or "target" not in value):
+                try:
+                    target = Target.from_json(value.pop(key))
+                    # Its fields must fit their types too: workers and launchers receive it as is.
+                    problems += shapes.field_problems(target, f"{where}.{key}")
+                    value["target"] = target.to_json()
+                except (TypeError, ValueError, AttributeError, KeyError) as exc:
+                    problems.append(f"{where}.{key}: not a target description ({type(exc).__name__}: {exc})")
+        problems += shapes.problems(value, cls, where)
+        if problems:
+            raise CampaignError(problems)
         return cls(**{k: v for k, v in value.items() if k in cls.__dataclass_fields__})
 
     @property
@@ -156,6 +183,18 @@ class CampaignOptions:
             problems.append(f"--keep {self.keep!r}: expected failing, all or none")
         if self.max_faults < 1:
             problems.append("--max-faults must be >= 1")
+        # The rest are range-checked by the CLI; a campaign.json read back on --resume may hold anything.
+        for flag, value, low in (("--workers", self.workers, 0), ("--cases", self.cases, 1),
+                                 ("shrink_calls", self.shrink_calls, 0), ("--duration", self.duration, 0),
+                                 ("--budget", self.budget, 0)):
+            if value is not None and value < low:
+                problems.append(f"{flag} must be >= {low}")
+        for flag, value in (("--case-timeout", self.case_seconds), ("silence_seconds", self.silence_seconds)):
+            if value <= 0:
+                problems.append(f"{flag} must be > 0")
+        problem = name_problem(self.name)
+        if problem:
+            problems.append(problem)
         if problems:
             raise CampaignError(problems)
 
@@ -182,9 +221,18 @@ def parse_duration(text: str) -> float:
     return sum(float(n) * {"h": 3600, "m": 60, "s": 1}[u] for n, u in parts)
 
 
+def name_problem(name: str) -> str | None:
+    """Why ``--name`` cannot name a directory inside ``--out`` (a path separator, ``.``/``..``, a NUL), or None."""
+    if "/" in name or os.sep in name or (os.altsep and os.altsep in name) or name in (".", "..") or "\0" in name:
+        return f"--name {name!r}: must be a plain directory name inside --out (no '/', not '.' or '..')"
+    return None
+
+
 def bundled_scenarios() -> Path:
-    """The scenario library shipped with killpoint (``scenarios/`` of the source tree)."""
-    return REPO / "scenarios"
+    """The scenario library shipped with killpoint: ``chaos/library/`` in an installed wheel (package data, see
+    ``setup.py``), else ``scenarios/`` of the source tree (a checkout or an editable install)."""
+    packaged = Path(__file__).resolve().parent / "library"
+    return packaged if packaged.is_dir() else REPO / "scenarios"
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -704,10 +752,10 @@ def run_campaign(options: CampaignOptions, *, reporter: Reporter | None = None, 
             params = read_campaign(directory)
         except JournalError as exc:
             raise CampaignError(str(exc)) from None
-        options = CampaignOptions.from_json(params["options"])
+        options = resumed_options(params, directory)
         if workers:
             options.workers = workers
-        return Campaign(options, directory, reporter, command=command, resume=True).run()
+        return _locked_run(Campaign(options, directory, reporter, command=command, resume=True))
     options.check()
     if list_only and options.mode == "random" and options.cases is None:
         raise CampaignError("--list needs a finite case list: use --cases N with --mode random")
@@ -717,8 +765,64 @@ def run_campaign(options: CampaignOptions, *, reporter: Reporter | None = None, 
         if (directory / "campaign.json").exists():
             raise CampaignError(f"{directory}: a campaign already ran here; continue it with --resume {directory} "
                                 "or choose another --name")
-        directory.mkdir(parents=True, exist_ok=True)
-    return Campaign(options, directory, reporter, command=command).run(list_only=list_only)
+    _make_directories(options, None if list_only else directory)
+    return _locked_run(Campaign(options, directory, reporter, command=command), list_only=list_only)
+
+
+def _make_directories(options: CampaignOptions, directory: Path | None) -> None:
+    """Create the campaign directory (None: listing, which keeps none) and the kill-point cache; one line when
+    ``--out``/``--cache`` is a file or cannot be created."""
+    cache = Path(options.cache or Path(options.out) / ".cache")
+    for path, flag in ((directory, "--out"), (cache, "--cache" if options.cache else "--out")):
+        if path is None:
+            continue
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except (OSError, ValueError) as exc:  # ValueError: an embedded NUL
+            reason = getattr(exc, "strerror", None) or str(exc)
+            raise CampaignError(f"{flag} {getattr(options, flag[2:])!r}: cannot create the directory {path}: "
+                                f"{reason}") from None
+
+
+def _locked_run(campaign: Campaign, *, list_only: bool = False) -> CampaignResult | list[str]:
+    """Run ``campaign`` holding its directory's lock for its whole life (one campaign per directory); listing
+    keeps no directory and takes no lock. Journal problems (a locked directory, a corrupt journal line) become one
+    ``CampaignError`` line each."""
+    if list_only:
+        return campaign.run(list_only=True)
+    try:
+        with CampaignLock(campaign.dir, campaign.command):
+            if campaign.resume:
+                read_lines(campaign.dir / JOURNAL)  # a corrupt journal line is reported before any baseline runs
+            return campaign.run()
+    except JournalError as exc:
+        raise CampaignError(str(exc).splitlines()) from None
+
+
+def resumed_options(params: Mapping[str, Any], directory: Path) -> CampaignOptions:
+    """The options of the campaign in ``directory`` (its ``campaign.json`` already read as ``params``), checked as
+    a new campaign's are: one ``CampaignError`` line per wrongly typed or inconsistent value, never a traceback."""
+    from chaos import shapes
+
+    where = str(directory / CAMPAIGN)
+    # The other top-level members the engine reads back on resume, and their types.
+    members = {"sessions": list, "elapsed": float, "plan": dict, "baselines": dict, "command": list, "name": str,
+               "started": str, "versions": dict}
+    problems = [f"{where}: {key}: expected {shapes.expected(kind)}, got {shapes.describe(params[key])}"
+                for key, kind in members.items() if key in params and not shapes.fits(params[key], kind)]
+    if not problems and not all(isinstance(s, dict) for s in params.get("sessions", [])):
+        problems.append(f"{where}: sessions: expected a list of JSON objects")
+    if "options" not in params:
+        problems.append(f"{where}: options: required key is missing")
+    else:
+        try:
+            options = CampaignOptions.from_json(params["options"], where=f"{where}: options")
+            options.check()
+        except CampaignError as exc:
+            problems += [line if line.startswith(where) else f"{where}: options: {line}" for line in exc.messages]
+    if problems:
+        raise CampaignError(problems)
+    return options
 
 
 # --------------------------------------------------------------------------------------------------------------

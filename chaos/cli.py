@@ -10,7 +10,46 @@ from __future__ import annotations
 import click
 
 
-@click.group()
+EXIT_INTERNAL = 70  # EX_SOFTWARE: an exception nobody handled, a defect of chaos (used by no other exit path)
+
+
+def _save_traceback(exc: BaseException, argv: list[str]) -> str:
+    """Write the command line and ``exc``'s traceback to a new file under the system temp directory; its path."""
+    import tempfile
+    import traceback
+
+    fd, path = tempfile.mkstemp(prefix="chaos-internal-error-", suffix=".txt")
+    with open(fd, "w", encoding="utf-8", errors="replace") as handle:
+        handle.write("command: chaos " + " ".join(argv) + "\n\n")
+        handle.write("".join(traceback.format_exception(exc)))
+    return path
+
+
+class _Main(click.Group):
+    """The ``chaos`` group: an exception no command handled becomes one line naming the file that holds its
+    traceback, and exit ``EXIT_INTERNAL`` (click keeps its own handling of usage errors, SystemExit and Ctrl-C)."""
+
+    def main(self, args=None, *rest, **kwargs):
+        import sys
+
+        try:
+            return super().main(args, *rest, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - the one place a defect of chaos is turned into an exit status
+            argv = list(sys.argv[1:] if args is None else args)
+            try:
+                where = f"traceback saved to {_save_traceback(exc, argv)}"
+            except OSError as save_error:  # the temp directory is unusable: the traceback still must not be lost
+                import traceback
+
+                traceback.print_exception(exc)
+                where = f"traceback above (could not save it: {save_error.strerror or save_error})"
+            first = (str(exc).splitlines() or [""])[0][:200]
+            click.echo(f"chaos: internal error (a defect of chaos, please report it): {type(exc).__name__}: {first}; "
+                       f"{where}", err=True)
+            sys.exit(EXIT_INTERNAL)
+
+
+@click.group(cls=_Main)
 def main() -> None:
     """killpoint's crash-injection chaos harness."""
 

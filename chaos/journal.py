@@ -19,14 +19,21 @@ Crash windows and what protects them:
 - A complete but unparsable line in the middle cannot come from our own writes; it is reported (``JournalError``)
   rather than silently skipped, because skipping would *lose* a finished case.
 - Duplicate ids (two journals merged, or a case finished twice around a crash) keep the first line.
+- Two campaigns on one directory (a ``--resume`` while the first still runs) would each run the other's cases and
+  overwrite its lines: ``CampaignLock`` (an exclusive ``flock`` on ``campaign.lock``, held for the campaign's life)
+  refuses the second one, naming the holder. The journal is also opened with ``O_APPEND``, so even two writers that
+  bypass the lock interleave whole lines instead of overwriting each other.
 
 Does not decide what a case is or run anything; ``chaos.campaign`` does.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
+import fcntl
 import json
 import os
+import socket
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -36,10 +43,23 @@ from chaos.files import fsync_dir, write_json
 
 JOURNAL = "journal.jsonl"
 CAMPAIGN = "campaign.json"
+LOCK = "campaign.lock"
 
 
 class JournalError(ChaosError):
     """A journal or campaign file cannot be read or written (message names the file, line and problem)."""
+
+
+class CampaignLockedError(JournalError):
+    """Another process holds the campaign directory's lock (the message names its pid and start time)."""
+
+
+def _repair_hint(path: Path, number: int, offset: int, total: int) -> str:
+    """How to repair a journal whose line ``number`` (starting at byte ``offset``) cannot be used."""
+    if number == total:  # the last complete line: dropping it loses only that case, which runs again
+        return f"truncate the journal to the {number - 1} line(s) before it: truncate -s {offset} {path}"
+    return (f"delete line {number} (its case runs again: sed -i '{number}d' {path}), or keep only the "
+            f"{number - 1} line(s) before it: truncate -s {offset} {path}")
 
 
 def read_lines(path: str | Path) -> tuple[list[dict[str, Any]], int]:
@@ -57,14 +77,19 @@ def read_lines(path: str | Path) -> tuple[list[dict[str, Any]], int]:
         raise JournalError(f"{path}: cannot read journal: {exc.strerror or exc}") from None
     records: list[dict[str, Any]] = []
     end = data.rfind(b"\n") + 1  # everything after the last LF is a torn tail
-    for number, raw in enumerate(data[:end].split(b"\n")[:-1], start=1):
+    lines = data[:end].split(b"\n")[:-1]
+    offset = 0
+    for number, raw in enumerate(lines, start=1):
         try:
             value = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
-            raise JournalError(f"{path}:{number}: journal line is not JSON (edited or corrupted file)") from None
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            raise JournalError(f"{path}:{number}: journal line {number} is not JSON (edited or corrupted file); "
+                               + _repair_hint(path, number, offset, len(lines))) from None
         if not isinstance(value, dict) or not isinstance(value.get("id"), str):
-            raise JournalError(f"{path}:{number}: journal line is not a case record with an 'id'")
+            raise JournalError(f"{path}:{number}: journal line {number} is not a case record with an 'id'; "
+                               + _repair_hint(path, number, offset, len(lines)))
         records.append(value)
+        offset += len(raw) + 1
     return records, end
 
 
@@ -86,13 +111,14 @@ class Journal:
         self.done: dict[str, dict[str, Any]] = {}
         for record in records:
             self.done.setdefault(record["id"], record)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        # O_APPEND: every write lands at the end of the file as it is then, so two writers (which the campaign
+        # lock should prevent) interleave whole lines instead of overwriting each other's.
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
         try:
             if os.fstat(fd).st_size != end:
                 # Repair a torn last line before appending: the next record must start on a line of its own.
                 os.ftruncate(fd, end)
                 os.fsync(fd)
-            os.lseek(fd, 0, os.SEEK_END)
         except OSError:
             os.close(fd)
             raise
@@ -129,7 +155,8 @@ class Journal:
         data = line + b"\n"
         view = memoryview(data)
         while view:
-            # os.write may write less than asked (a signal, a large record): loop until the line is whole.
+            # One write() per line, so a concurrent appender cannot land inside it; os.write may still write less
+            # than asked (a signal, a large record): loop until the line is whole.
             n = os.write(self._fd, view)
             view = view[n:]
         os.fsync(self._fd)
@@ -140,6 +167,75 @@ class Journal:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+class CampaignLock:
+    """An exclusive ``flock`` on ``DIR/campaign.lock`` for a campaign's life: one campaign per directory.
+
+    The lock file holds the holder's pid, host, start time and command line (JSON), so a refused second campaign
+    can say who holds it. The lock (not the file's content) is what counts: it dies with the process, so a
+    SIGKILLed campaign never leaves a stale lock behind, only a stale description that the next holder overwrites.
+    Use as a context manager; ``CampaignLockedError`` when another process holds it.
+    """
+
+    def __init__(self, directory: str | Path, command: list[str] | tuple[str, ...] = ()):
+        self.path = Path(directory) / LOCK
+        self.command = list(command)
+        self._fd: int | None = None
+
+    def acquire(self) -> CampaignLock:
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise JournalError(f"{self.path}: cannot open the campaign lock: {exc.strerror or exc}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _describe_holder(fd)
+            os.close(fd)
+            raise CampaignLockedError(
+                f"{self.path.parent}: another campaign is running in this directory ({holder}); wait for it to end "
+                "or stop it, then --resume") from None
+        except OSError as exc:
+            os.close(fd)
+            raise JournalError(f"{self.path}: cannot lock: {exc.strerror or exc}") from None
+        holder = {"pid": os.getpid(), "host": socket.gethostname(), "command": self.command,
+                  "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(holder, ensure_ascii=False).encode("utf-8") + b"\n", 0)
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.ftruncate(self._fd, 0)  # no stale description for the next reader (the lock itself dies anyway)
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> CampaignLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _describe_holder(fd: int) -> str:
+    """``pid P on HOST, started T: COMMAND`` from a held lock file (what the holder wrote), or what is known."""
+    try:
+        data = os.pread(fd, 65536, 0)
+        holder = json.loads(data.decode("utf-8"))
+        if not isinstance(holder, dict):
+            raise ValueError(holder)
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return "its pid is not recorded yet"
+    text = f"pid {holder.get('pid', '?')}"
+    if holder.get("host") and holder.get("host") != socket.gethostname():
+        text += f" on {holder['host']}"
+    text += f", started {holder.get('started', '?')}"
+    command = holder.get("command")
+    if isinstance(command, list) and command and all(isinstance(c, str) for c in command):
+        text += f": {' '.join(command)}"
+    return text
 
 
 def write_campaign(directory: str | Path, params: Mapping[str, Any]) -> Path:

@@ -329,6 +329,8 @@ def run_mutants(options: MutantsOptions, *, say: Callable[[str], None] = lambda 
     out = Path(options.out)
     stamp = options.name or "mutants-" + _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
     run_dir = out / stamp
+    if cp.name_problem(stamp):  # `--name ../../x` would write outside --out
+        raise MutantsError(cp.name_problem(stamp))
     if run_dir.exists():
         raise MutantsError(f"{run_dir}: exists; choose another --name")
     cache = options.cache or str(out / ".cache")

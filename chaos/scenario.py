@@ -1009,12 +1009,37 @@ def _toml_syntax_message(name: str, exc: tomllib.TOMLDecodeError, text: str) -> 
     return f"{name}:{line}:{col}: toml: {m.group('msg')}"
 
 
+MAX_DEPTH = 32  # nesting levels of tables and arrays, the document itself included (tool arguments are the deepest)
+
+
+def _depth(value: object) -> int:
+    """How deeply ``value`` nests lists and dicts (a scalar is 0), without recursion."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            item = list(item.values())
+        if isinstance(item, list):
+            deepest = max(deepest, level + 1)
+            if level < MAX_DEPTH:  # deeper is refused anyway: no need to walk all of it
+                stack.extend((child, level + 1) for child in item)
+    return deepest
+
+
+def _too_deep(name: str) -> str:
+    return f"{name}:1: toml: arrays or tables nested more than {MAX_DEPTH} levels deep"
+
+
 def parse_scenario(text: str, name: str = "<scenario>") -> Scenario:
     """Validate scenario TOML ``text``; ``name`` prefixes the error lines. Raises ``ScenarioError`` with all problems."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ScenarioError([_toml_syntax_message(name, exc, text)]) from None
+    except RecursionError:  # tomllib parses nested arrays and inline tables recursively (~350+ levels)
+        raise ScenarioError([_too_deep(name)]) from None
+    if _depth(data) > MAX_DEPTH:  # the validators below recurse too; no scenario needs more than a few levels
+        raise ScenarioError([_too_deep(name)])
     problems: list[tuple[Loc, str]] = []
     scenario: Scenario | None = None
     try:

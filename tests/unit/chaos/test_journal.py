@@ -14,6 +14,9 @@ from hypothesis import strategies as st
 
 from chaos.journal import (
     JOURNAL,
+    LOCK,
+    CampaignLock,
+    CampaignLockedError,
     Journal,
     JournalError,
     read_campaign,
@@ -86,6 +89,33 @@ class TestTornTail:
         with pytest.raises(JournalError, match=":2:"):
             read_journal(path)
 
+    def test_a_corrupt_middle_line_says_how_to_repair_it(self, tmp_path):
+        """The error names the line and both repairs: delete that line, or truncate to the bytes before it."""
+        path = tmp_path / JOURNAL
+        path.write_bytes(b'{"id":"a"}\n{"id":"b"}\n{"id": tor\n{"id":"c"}\n')
+        with pytest.raises(JournalError) as caught:
+            read_journal(path)
+        message = str(caught.value)
+        assert "\n" not in message
+        assert f"{path}:3: journal line 3 is not JSON" in message
+        assert f"sed -i '3d' {path}" in message and f"truncate -s 22 {path}" in message
+        os.truncate(path, 22)  # the advice works: the two lines before it read back
+        assert list(read_journal(path)) == ["a", "b"]
+
+    def test_a_corrupt_last_line_suggests_truncating(self, tmp_path):
+        """A complete but unparsable last line is repaired by truncating to the lines before it."""
+        path = tmp_path / JOURNAL
+        path.write_bytes(b'{"id":"a"}\n[1]\n')
+        with pytest.raises(JournalError, match=f"not a case record.*truncate -s 11 {path}$"):
+            read_journal(path)
+
+    def test_a_deeply_nested_line_is_a_journal_error(self, tmp_path):
+        """A line nested beyond the JSON parser's recursion limit is reported like any corrupt line."""
+        path = tmp_path / JOURNAL
+        path.write_bytes(b"[" * 100000 + b"]" * 100000 + b"\n")
+        with pytest.raises(JournalError, match=":1: journal line 1 is not JSON"):
+            read_journal(path)
+
     def test_sigkill_mid_campaign_loses_no_finished_record(self, tmp_path):
         """A writer SIGKILLed while appending leaves every acknowledged record readable."""
         path = tmp_path / JOURNAL
@@ -135,3 +165,99 @@ class TestCampaignFile:
         (tmp_path / "campaign.json").write_text(json.dumps([1]))
         with pytest.raises(JournalError, match="object"):
             read_campaign(tmp_path)
+
+
+class TestAppendMode:
+    def test_two_open_journals_interleave_whole_lines(self, tmp_path):
+        """Two journals open on one file append after each other's lines instead of overwriting them (O_APPEND)."""
+        path = tmp_path / JOURNAL
+        first, second = Journal(path), Journal(path)
+        try:
+            for i in range(1, 6):
+                first.append(record(i))
+                second.append(record(100 + i))
+        finally:
+            first.close()
+            second.close()
+        assert len(read_journal(path)) == 10
+
+    def test_two_processes_appending_lose_no_line(self, tmp_path):
+        """Two processes appending at once leave every one of their lines whole in the file."""
+        path = tmp_path / JOURNAL
+        # Both open the journal first, then append together: opening repairs a torn tail, which a concurrent
+        # append would look like (only the campaign lock makes opening safe); appending must be safe regardless.
+        script = textwrap.dedent(
+            f"""
+            import sys
+            from chaos.journal import Journal
+            with Journal({str(path)!r}) as j:
+                print("open", flush=True)
+                sys.stdin.readline()
+                for i in range(300):
+                    j.append({{"id": f"{{sys.argv[1]}}-{{i}}", "payload": sys.argv[1] * 3000}})
+            """
+        )
+        procs = [subprocess.Popen([sys.executable, "-c", script, tag], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  text=True) for tag in "ab"]
+        for proc in procs:
+            assert proc.stdout.readline() == "open\n"
+        for proc in procs:
+            proc.stdin.write("go\n")
+            proc.stdin.close()
+        assert [p.wait(timeout=120) for p in procs] == [0, 0]
+        for proc in procs:
+            proc.stdout.close()
+        records, end = read_lines(path)
+        assert end == path.stat().st_size and len(records) == 600
+        assert {r["id"] for r in records} == {f"{t}-{i}" for t in "ab" for i in range(300)}
+
+
+class TestCampaignLock:
+    HOLD = textwrap.dedent(
+        """
+        import sys, time
+        from chaos.journal import CampaignLock
+        with CampaignLock(sys.argv[1], ["chaos", "campaign", "--name", "first"]):
+            print("held", flush=True)
+            time.sleep(60)
+        """
+    )
+
+    def hold(self, directory):
+        """A real process holding the lock of ``directory`` (started, and known to hold it, on return)."""
+        proc = subprocess.Popen([sys.executable, "-c", self.HOLD, str(directory)], stdout=subprocess.PIPE, text=True)
+        assert proc.stdout.readline() == "held\n"
+        return proc
+
+    def test_a_second_holder_is_refused_naming_the_first(self, tmp_path):
+        """While another process holds the lock, acquiring it fails with one line naming that process."""
+        proc = self.hold(tmp_path)
+        try:
+            with pytest.raises(CampaignLockedError) as caught:
+                CampaignLock(tmp_path).acquire()
+            message = str(caught.value)
+            assert "\n" not in message and f"pid {proc.pid}" in message
+            assert "another campaign is running" in message and "chaos campaign --name first" in message
+        finally:
+            proc.kill()
+            proc.wait()
+            proc.stdout.close()
+
+    def test_the_lock_dies_with_its_holder(self, tmp_path):
+        """A SIGKILLed holder leaves no stale lock: the next campaign acquires it at once."""
+        proc = self.hold(tmp_path)
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+        with CampaignLock(tmp_path, ["me"]) as lock:
+            assert json.loads((tmp_path / LOCK).read_text())["pid"] == os.getpid()
+            assert lock.path == tmp_path / LOCK
+
+    def test_released_lock_can_be_taken_again(self, tmp_path):
+        """Releasing the lock lets the same process (or another) take it again; the file then holds nothing."""
+        with CampaignLock(tmp_path):
+            pass
+        assert (tmp_path / LOCK).read_text() == ""
+        with CampaignLock(tmp_path):
+            with pytest.raises(CampaignLockedError):
+                CampaignLock(tmp_path).acquire()  # a second open file description is a second holder

@@ -1,0 +1,272 @@
+"""Bad input to ``chaos`` is one clear line and a non-zero exit, never a traceback (issue 13).
+
+One test per input the issue names: deeply nested TOML in a scenario, a non-UTF-8 ``--target``/``--agent`` file,
+``--out`` that is a file or cannot be created, a corrupt middle journal line and wrongly typed options on
+``--resume``, ``--name`` leaving ``--out``, a second campaign on a running campaign's directory (real processes), and
+an exception nobody handled (exit ``EXIT_INTERNAL``, its traceback saved to the file the line names). In process
+through click's test runner where no real process is needed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from chaos import cli
+from chaos.campaign import CampaignOptions
+from chaos.journal import JOURNAL, LOCK, write_campaign
+
+REPO = Path(__file__).resolve().parents[2]
+GREETING = REPO / "tests" / "integration" / "campaign" / "greeting.toml"
+
+
+def invoke(*args: str):
+    """``chaos ARGS`` in process; (exit code, stdout+stderr, exception other than SystemExit or None)."""
+    result = CliRunner().invoke(cli.main, [str(a) for a in args])
+    error = result.exception if not isinstance(result.exception, SystemExit) else None
+    return result.exit_code, result.output, error
+
+
+def one_line_error(args, code: int = 2) -> str:
+    """Run ``chaos ARGS``; assert exit ``code``, no traceback and a single output line; return that line."""
+    status, output, error = invoke(*args)
+    assert error is None, f"{type(error).__name__}: {error}"
+    assert status == code, output
+    assert "Traceback" not in output
+    lines = output.strip().splitlines()
+    assert len(lines) == 1, output
+    return lines[0]
+
+
+def resumable(tmp_path: Path, options: dict | None = None, journal: bytes = b"") -> Path:
+    """A campaign directory as a crashed campaign leaves it: campaign.json (with ``options``) and a journal."""
+    directory = tmp_path / "c"
+    stored = CampaignOptions(scenarios=[str(GREETING)], out=str(tmp_path), name="c",
+                             cache=str(tmp_path / "cache")).to_json()
+    write_campaign(directory, {"options": {**stored, **(options or {})}, "name": "c", "sessions": []})
+    (directory / JOURNAL).write_bytes(journal)
+    return directory
+
+
+class TestScenarioInput:
+    def test_deeply_nested_toml_is_one_line(self, tmp_path):
+        """A scenario nesting arrays 1,000 levels deep is one `file:1: toml:` line, exit 2."""
+        deep = tmp_path / "deep.toml"
+        deep.write_text("name = 'deep'\nx = " + "[" * 1000 + "]" * 1000 + "\n")
+        status, output, error = invoke("validate", deep)
+        assert error is None and status == 2
+        assert f"{deep}:1: toml: arrays or tables nested more than 32 levels deep" in output
+        line = one_line_error(["run", deep])
+        assert line.startswith(f"{deep}:1: toml:")
+
+    def test_deeply_nested_inline_tables_are_one_line(self, tmp_path):
+        """Inline tables nested 400 levels deep (tomllib's own recursion) are one line too."""
+        deep = tmp_path / "deep.toml"
+        deep.write_text("x = " + "{a = " * 400 + "1" + "}" * 400 + "\n")
+        line = one_line_error(["run", deep])
+        assert line == f"{deep}:1: toml: arrays or tables nested more than 32 levels deep"
+
+
+class TestTargetInput:
+    @pytest.mark.parametrize("flag", ["--target", "--agent"])
+    def test_non_utf8_target_file_is_one_line(self, tmp_path, flag):
+        """A target file that is not UTF-8 is one line naming the file and the byte, exit 2."""
+        bad = tmp_path / "agent.toml"
+        bad.write_bytes(b'name = "x"\ncommand = ["\xff\xfe"]\n')
+        line = one_line_error(["campaign", str(GREETING), flag, bad, "--out", tmp_path / "out"])
+        assert line == f"{bad}: not UTF-8 text (byte 23)"
+
+    def test_non_utf8_target_file_on_run_is_one_line(self, tmp_path):
+        """`chaos run --target` with a non-UTF-8 file is the same one line."""
+        bad = tmp_path / "agent.toml"
+        bad.write_bytes(b"\xff")
+        assert one_line_error(["run", GREETING, "--target", bad]) == f"{bad}: not UTF-8 text (byte 0)"
+
+
+class TestOutAndName:
+    def test_out_that_is_a_file_is_one_line(self, tmp_path):
+        """`--out FILE` is one line naming the directory it cannot create, exit 2, for a run and for --list."""
+        afile = tmp_path / "afile"
+        afile.write_text("x")
+        line = one_line_error(["campaign", GREETING, "--out", afile, "--name", "n"])
+        assert line == f"--out {str(afile)!r}: cannot create the directory {afile}/n: Not a directory"
+        line = one_line_error(["campaign", GREETING, "--out", afile, "--list"])
+        assert line == f"--out {str(afile)!r}: cannot create the directory {afile}/.cache: Not a directory"
+
+    def test_out_that_cannot_be_created_is_one_line(self, tmp_path):
+        """`--out` under a directory that refuses new entries is one line, exit 2."""
+        locked = tmp_path / "ro"
+        locked.mkdir()
+        locked.chmod(0o500)
+        try:
+            if os.access(locked, os.W_OK):  # root ignores the mode bits: use a path that no one can create
+                target = Path("/proc/killpoint-cannot-create")
+            else:
+                target = locked / "out"
+            line = one_line_error(["campaign", GREETING, "--out", target, "--name", "n"])
+            assert line.startswith(f"--out {str(target)!r}: cannot create the directory {target}")
+        finally:
+            locked.chmod(0o700)
+
+    @pytest.mark.parametrize("name", ["../../x", "a/b", "..", ".", "x\0y"])
+    def test_name_must_stay_inside_out(self, tmp_path, name):
+        """A --name with a path separator, '.' or '..' is refused with one line; nothing is created."""
+        out = tmp_path / "deep" / "out"
+        line = one_line_error(["campaign", GREETING, "--out", out, "--name", name])
+        assert line.startswith(f"--name {name!r}: must be a plain directory name inside --out")
+        assert not (tmp_path / "x").exists() and not out.exists()
+
+    def test_mutants_name_must_stay_inside_out(self, tmp_path):
+        """`chaos mutants --name ../../x` is refused the same way."""
+        out = tmp_path / "deep" / "out"
+        line = one_line_error(["mutants", GREETING, "--out", out, "--name", "../../x"])
+        assert line.startswith("--name '../../x': must be a plain directory name inside --out")
+        assert not (tmp_path / "x").exists()
+
+
+class TestResumeInput:
+    def test_corrupt_middle_journal_line_is_one_line_with_the_repair(self, tmp_path):
+        """A corrupt journal line in the middle is one line: its number and how to repair it, exit 2."""
+        journal = b'{"id":"greeting::tx:1@after-sync"}\n{"id": "gr\n{"id":"greeting::tx:2@after-sync"}\n'
+        directory = resumable(tmp_path, journal=journal)
+        line = one_line_error(["campaign", "--resume", directory])
+        path = directory / JOURNAL
+        assert line.startswith(f"{path}:2: journal line 2 is not JSON")
+        assert f"sed -i '2d' {path}" in line and f"truncate -s 35 {path}" in line
+
+    def test_wrongly_typed_options_are_one_line_each(self, tmp_path):
+        """Each wrongly typed option in campaign.json is its own line naming the field, exit 2."""
+        directory = resumable(tmp_path, {"depth": "2", "workers": True, "scenarios": "x.toml"})
+        status, output, error = invoke("campaign", "--resume", directory)
+        assert error is None and status == 2 and "Traceback" not in output
+        where = f"{directory / 'campaign.json'}: options"
+        assert sorted(output.strip().splitlines()) == sorted([
+            f"{where}.depth: expected an integer, got a string \"2\"",
+            f"{where}.workers: expected an integer, got true",
+            f"{where}.scenarios: expected a list of strings, got a string \"x.toml\"",
+        ])
+
+    def test_options_that_are_not_an_object_are_one_line(self, tmp_path):
+        """campaign.json whose options are a list is one line, exit 2."""
+        directory = tmp_path / "c"
+        write_campaign(directory, {"options": [1, 2]})
+        line = one_line_error(["campaign", "--resume", directory])
+        assert line == f"{directory / 'campaign.json'}: options: expected a JSON object, got a list of 2"
+
+    def test_wrongly_typed_bookkeeping_is_one_line(self, tmp_path):
+        """A wrongly typed member beside the options (elapsed, sessions) is a line too, not a traceback later."""
+        directory = resumable(tmp_path)
+        params = json.loads((directory / "campaign.json").read_text())
+        write_campaign(directory, {**params, "elapsed": "soon"})
+        line = one_line_error(["campaign", "--resume", directory])
+        assert line == f"{directory / 'campaign.json'}: elapsed: expected a number, got a string \"soon\""
+
+
+class TestOneCampaignPerDirectory:
+    HOLDER = textwrap.dedent(
+        """
+        import sys, time
+        from chaos.journal import CampaignLock
+        with CampaignLock(sys.argv[1], ["chaos", "campaign", "--name", "c"]):
+            print("held", flush=True)
+            time.sleep(120)
+        """
+    )
+
+    def test_resume_of_a_locked_directory_is_refused(self, tmp_path):
+        """`--resume` while another process holds the directory is one line naming its pid, exit 2; the journal
+        and campaign.json are untouched."""
+        directory = resumable(tmp_path, journal=b'{"id":"greeting::tx:1@after-sync"}\n')
+        before = {p.name: p.read_bytes() for p in directory.iterdir()}
+        holder = subprocess.Popen([sys.executable, "-c", self.HOLDER, str(directory)], stdout=subprocess.PIPE,
+                                  text=True)
+        try:
+            assert holder.stdout.readline() == "held\n"
+            second = subprocess.run([sys.executable, "-m", "chaos", "campaign", "--resume", str(directory)],
+                                    capture_output=True, text=True, cwd=REPO, timeout=120)
+        finally:
+            holder.kill()
+            holder.wait()
+            holder.stdout.close()
+        assert second.returncode == 2, second.stdout + second.stderr
+        assert second.stderr.count("\n") == 1 and "Traceback" not in second.stderr
+        assert f"another campaign is running in this directory (pid {holder.pid}" in second.stderr
+        assert "chaos campaign --name c" in second.stderr
+        after = {p.name: p.read_bytes() for p in directory.iterdir() if p.name != LOCK}
+        assert after == {k: v for k, v in before.items() if k != LOCK}
+
+    @pytest.mark.slow
+    def test_a_running_campaign_refuses_a_concurrent_resume(self, tmp_path):
+        """The issue's probe: `--resume` of a campaign that is running is refused (exit 2, the holder's pid), and
+        the first campaign still finishes with every case journalled once."""
+        out = tmp_path / "out"
+        first = subprocess.Popen([sys.executable, "-m", "chaos", "campaign", str(GREETING), "--out", str(out),
+                                  "--name", "c", "-j", "1", "--no-shrink"], cwd=REPO, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.PIPE, text=True)
+        lock = out / "c" / LOCK
+        try:
+            deadline = time.monotonic() + 60
+            while not (lock.exists() and lock.read_text()):
+                assert time.monotonic() < deadline and first.poll() is None, "the campaign never took its lock"
+                time.sleep(0.01)
+            second = subprocess.run([sys.executable, "-m", "chaos", "campaign", "--resume", str(out / "c")],
+                                    capture_output=True, text=True, cwd=REPO, timeout=120)
+            assert second.returncode == 2, second.stdout + second.stderr
+            assert f"(pid {first.pid}, started " in second.stderr and second.stderr.count("\n") == 1
+            _, err = first.communicate(timeout=300)
+        finally:
+            if first.poll() is None:
+                first.send_signal(signal.SIGKILL)
+                first.communicate()
+        assert first.returncode == 0, err
+        ids = [json.loads(line)["id"] for line in (out / "c" / JOURNAL).read_text().splitlines()]
+        assert len(ids) == len(set(ids)) > 0
+        assert lock.read_text() == ""  # released at the end
+
+
+class TestInternalError:
+    def test_an_unhandled_exception_is_one_line_and_a_saved_traceback(self, monkeypatch, tmp_path):
+        """A defect (here: load_scenarios raising) exits EXIT_INTERNAL with one line naming the saved traceback."""
+        import chaos.scenario
+
+        def defect(paths, *args, **kwargs):
+            raise KeyError("a defect of the harness")
+
+        monkeypatch.setattr(chaos.scenario, "load_scenarios", defect)
+        monkeypatch.setenv("TMPDIR", str(tmp_path))
+        import tempfile
+
+        monkeypatch.setattr(tempfile, "tempdir", None)  # re-read TMPDIR
+        line = one_line_error(["validate", GREETING], code=cli.EXIT_INTERNAL)
+        match = re.fullmatch(r"chaos: internal error \(a defect of chaos, please report it\): KeyError: "
+                             r"'a defect of the harness'; traceback saved to (\S+)", line)
+        assert match, line
+        saved = Path(match.group(1))
+        assert saved.parent == tmp_path
+        text = saved.read_text()
+        assert text.startswith(f"command: chaos validate {GREETING}\n")
+        assert "Traceback (most recent call last)" in text and "in defect" in text
+
+    def test_internal_error_code_is_used_by_no_other_exit(self):
+        """EXIT_INTERNAL differs from every exit status chaos documents for its commands."""
+        documented = {0, 1, 2, 3, 4, 130, 143}
+        assert cli.EXIT_INTERNAL not in documented
+        readme = (REPO / "README.md").read_text()
+        assert f"{cli.EXIT_INTERNAL} internal error" in readme
+
+    def test_usage_errors_and_interrupts_keep_their_codes(self):
+        """Click's own usage errors stay exit 2 and SystemExit passes through unchanged."""
+        status, output, error = invoke("campaign", "--depth", "7")
+        assert (status, error) == (2, None) and "Invalid value for '--depth'" in output
+        status, _, error = invoke("validate")
+        assert (status, error) == (2, None)
