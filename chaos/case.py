@@ -251,6 +251,8 @@ class CaseResult:
     # chaos.divergence.Divergence.to_json() of a failing case of a contract target whose implementation's recovery
     # plan differed from the reference planner's at some kill (None: none, or not asked)
     divergence: dict | None = None
+    # seconds per phase of the case: setup, supervisor (the launches), probes (convergence resumes), oracle, teardown
+    timings: dict = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -423,8 +425,10 @@ def execute_case(scenario, schedule, *, work_dir: Path, target: Target, baseline
     first, changes = _settings(scenario)
     launcher = RestartLauncher(shared_launcher(target), changes.argv())
     limits = limits or Limits()
+    clock = [("setup", time.monotonic())]  # where a case's time goes (bench/campaign.py reads it)
     try:
         run = Supervisor(command, case_dir, launcher=launcher, limits=limits, label=cid).run(faults)
+        clock.append(("supervisor", time.monotonic()))
         probe_results = []
         if run.verdict not in _NO_ORACLE and run.session and os.path.isfile(run.session):
             restart = bool(run.kills)
@@ -434,6 +438,7 @@ def execute_case(scenario, schedule, *, work_dir: Path, target: Target, baseline
                              for i in range(probes)]
     finally:
         requests = srv.remove_case(key)
+    clock.append(("probes", time.monotonic()))
 
     detail = run.detail
     if run.verdict.startswith("exit:") and int(run.verdict[5:]) not in command.settled_exits and run.launches:
@@ -461,7 +466,7 @@ def execute_case(scenario, schedule, *, work_dir: Path, target: Target, baseline
             # The engineer's first question: which recovery decision went wrong (failing cases only: a few).
             found = first_divergence(target, evidence)
             result.divergence = found.to_json() if found is not None else None
-    result.duration = round(time.monotonic() - t0, 3)
+    clock.append(("oracle", time.monotonic()))
     kept = keep == "all" or (keep == "failing" and not result.ok)
     if kept:
         result.case_dir = str(case_dir)
@@ -473,6 +478,12 @@ def execute_case(scenario, schedule, *, work_dir: Path, target: Target, baseline
                                                                   ensure_ascii=False))
     else:
         shutil.rmtree(case_dir, ignore_errors=True)
+    clock.append(("teardown", time.monotonic()))
+    start = t0
+    for phase, at in clock:
+        result.timings[phase] = round(at - start, 4)
+        start = at
+    result.duration = round(time.monotonic() - t0, 3)
     return result, evidence, run
 
 

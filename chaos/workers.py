@@ -260,12 +260,14 @@ class Outcome:
         return list(dict.fromkeys(f["invariant"] for f in self.failures))
 
 
-def execute(ctx: Context, spec, *, name: str | None = None, keep: str | None = None, probes: int = 2) -> Outcome:
-    """Run one case spec (kill faults + provider faults) and classify it."""
+def execute(ctx: Context, spec, *, name: str | None = None, keep: str | None = None, probes: int = 2,
+            target=None) -> Outcome:
+    """Run one case spec (kill faults + provider faults) and classify it (``target``: another launcher's variant of
+    the worker's target, for the launcher check)."""
     from chaos import case, records
 
     scenario, facts = ctx.variant(spec.scenario, spec.llm)
-    result, evidence, run = case.execute_case(scenario, spec.schedule, work_dir=ctx.work, target=ctx.target,
+    result, evidence, run = case.execute_case(scenario, spec.schedule, work_dir=ctx.work, target=target or ctx.target,
                                               baseline=facts, server=None, limits=ctx.limits, probes=probes,
                                               keep=keep or ctx.config.keep, name=name)
     if ctx.config.corpus and evidence is not None:
@@ -370,6 +372,34 @@ def run_case_job(ctx: Context, case_id: str, origin: str, index: int) -> dict[st
     minimal = spec_from_id(record["minimal_id"], origin="shrunk") if record.get("minimal_id") else spec
     record["keys"] = failure_keys(record["failures"], minimal, record.get("minimal_reached") or record["reached"])
     return record
+
+
+def launcher_check_job(ctx: Context, case_id: str, origin: str, index: int) -> dict[str, Any]:
+    """Run one case under the zygote and under exec; the differences in verdict and transcript (ids renamed)."""
+    import dataclasses
+
+    from chaos import oracle
+    from chaos.schedules import spec_from_id
+
+    spec = spec_from_id(case_id, origin=origin, index=index)
+    seen = {}
+    for launcher in ("zygote", "exec"):
+        outcome = execute(ctx, spec, name=f"{launcher}-{spec.index}", keep="none",
+                          target=dataclasses.replace(ctx.target, launcher=launcher))
+        final = outcome.evidence.final_log if outcome.evidence is not None else b""
+        seen[launcher] = {
+            "status": str(outcome.status), "invariants": outcome.invariants, "verdict": outcome.result.verdict,
+            "transcript": _comparable(oracle.normalize_log(final)), "rules": restart_rules(outcome.evidence),
+            "duration": outcome.result.duration,
+        }
+    a, b = seen["zygote"], seen["exec"]
+    differences = [f"{key}: zygote {a[key]!r}, exec {b[key]!r}" for key in ("status", "invariants", "verdict")
+                   if a[key] != b[key]]
+    if a["transcript"] != b["transcript"]:
+        differences.append("transcript: the final logs differ (ids renamed, timestamps ignored)")
+    return {"id": spec.id, "scenario": spec.scenario, "action": spec.faults[0].action if spec.faults else "none",
+            "differences": differences, "rules": sorted(set(a["rules"]) | set(b["rules"])),
+            "durations": {"zygote": a["duration"], "exec": b["duration"]}, "status": a["status"]}
 
 
 def _shrink(ctx: Context, spec, invariant: str, slug: str) -> dict[str, Any]:
@@ -487,6 +517,7 @@ def worker_main(config: WorkerConfig, conn: Connection, parent: int) -> None:
         "baseline": lambda name: discover_baseline(ctx, name),
         "recovery": lambda name, first: discover_recovery(ctx, name, first),
         "case": lambda cid, origin, index: run_case_job(ctx, cid, origin, index),
+        "launcher-check": lambda cid, origin, index: launcher_check_job(ctx, cid, origin, index),
     }
     while True:
         try:

@@ -1,0 +1,160 @@
+"""Where a case's time goes, and cases/s under the exec and zygote launchers side by side (issue [2/5]).
+
+    python3 bench/campaign.py                       # single-read, bash-deploy, mixed-calls; plain kills
+    python3 bench/campaign.py --scenarios single-read --repeat 2
+
+For each launcher (``exec`` first, as the baseline, then ``zygote``) and each named scenario, the crash-free baseline
+runs once, then every exhaustive depth-1 kill case of the scenario runs in this one process, one after the other
+(one core; a campaign runs one such loop per worker). Every speed fix is applied to both (pidfd waits, TCP_NODELAY,
+the agent's bytecode caches); only the launcher differs. Printed:
+
+- cases/s per launcher and the ratio zygote/exec (the target: ≥ 10×, goal 20×);
+- per case, mean milliseconds of each phase of ``chaos.case.execute_case``: set-up (directories, server route),
+  supervisor (launches, barriers, kills, restarts), probes (the two convergence resumes), oracle (evidence and every
+  invariant), tear-down;
+- inside the supervisor: launch → first barrier, each model request (``stepAttempt`` after-sync → next barrier),
+  the fsync (after-write → after-sync), and the barrier round trip's upper bound (before-write → after-write: the
+  harness's answer, the agent's write and its next message);
+- harness overhead per case: set-up + oracle + tear-down + (supervisor time not inside any agent process's life),
+  i.e. everything but the agents' own work and the convergence probes.
+
+Figures, never thresholds: nothing fails. The machine's load matters: run it on a quiet machine and read the
+ratio, which is measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from chaos.case import execute_case, shared_launcher  # noqa: E402
+from chaos.scenario import load_scenario  # noqa: E402
+from chaos.target import Target  # noqa: E402
+
+SUBSET = ("single-read", "bash-deploy", "mixed-calls")
+PHASES = ("setup", "supervisor", "probes", "oracle", "teardown")
+
+
+def gaps(run) -> dict[str, list[float]]:
+    """Milliseconds between barrier events of one CaseRun, by kind."""
+    out: dict[str, list[float]] = {"start→first barrier": [], "model request": [], "fsync": [],
+                                   "barrier round trip (≤)": []}
+    by_launch: dict[int, list] = {}
+    for b in run.barriers:
+        by_launch.setdefault(b.launch, []).append(b)
+    for launch in run.launches:
+        events = by_launch.get(launch.index, [])
+        if events:
+            out["start→first barrier"].append((events[0].at - launch.started) * 1000)
+        for a, b in zip(events, events[1:]):
+            gap = (b.at - a.at) * 1000
+            if a.phase == "before-write" and b.phase == "after-write":
+                out["barrier round trip (≤)"].append(gap)
+            elif a.phase == "after-write" and b.phase == "after-sync":
+                out["fsync"].append(gap)
+            elif a.phase == "after-sync" and "stepAttempt" in a.facts and b.phase == "before-write":
+                out["model request"].append(gap)
+    return out
+
+
+def agent_time(run) -> float:
+    """Seconds during which at least one agent process of the case was alive (union of launch lifetimes)."""
+    spans = sorted((l.started, l.ended if l.ended is not None else l.started) for l in run.launches)
+    total, end = 0.0, None
+    for start, stop in spans:
+        if end is None or start > end:
+            total += stop - start
+            end = stop
+        elif stop > end:
+            total += stop - end
+            end = stop
+    return total
+
+
+def measure(target: Target, names, repeat: int) -> dict:
+    """Run every kill case of every scenario ``repeat`` times with ``target``; timings and counts."""
+    shared_launcher(target)  # started before the clock, as a campaign worker starts it once
+    phases = {p: [] for p in PHASES}
+    barrier: dict[str, list[float]] = {}
+    overhead, cases, failures = [], 0, []
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="killpoint-bench-") as tmp:
+        work = Path(tmp)
+        for name in names:
+            scenario = load_scenario(REPO / "scenarios" / f"{name}.toml")
+            base, evidence, run = execute_case(scenario, (), work_dir=work, target=target, baseline=None,
+                                               server=None, limits=None, probes=2, keep="none", name=None)
+            from chaos import oracle
+
+            facts = oracle.baseline_facts(evidence, base.invariants)
+            schedules = []
+            for b in run.barriers:
+                if b.phase in ("before-write", "after-sync"):
+                    schedules.append(f"tx:{b.tx}@{b.phase}")
+            for _ in range(repeat):
+                for schedule in schedules:
+                    result, _, case_run = execute_case(scenario, (schedule,), work_dir=work, target=target,
+                                                       baseline=facts, server=None, limits=None, probes=2,
+                                                       keep="none", name=None)
+                    cases += 1
+                    if not result.ok:
+                        failures.append(f"{name}::{schedule}: {result.status}")
+                    for p in PHASES:
+                        phases[p].append(result.timings.get(p, 0.0) * 1000)
+                    for kind, values in gaps(case_run).items():
+                        barrier.setdefault(kind, []).extend(values)
+                    inside = agent_time(case_run)
+                    overhead.append((result.timings["setup"] + result.timings["oracle"] + result.timings["teardown"]
+                                     + max(0.0, result.timings["supervisor"] - inside)) * 1000)
+    wall = time.monotonic() - t0
+    return {"cases": cases, "wall": wall, "rate": cases / wall, "phases": phases, "barrier": barrier,
+            "overhead": overhead, "failures": failures}
+
+
+def mean(values) -> float:
+    return statistics.fmean(values) if values else 0.0
+
+
+def median(values) -> float:
+    return statistics.median(values) if values else 0.0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scenarios", default=",".join(SUBSET), help="comma-separated library scenario names")
+    parser.add_argument("--repeat", type=int, default=1, help="run each kill case this many times")
+    args = parser.parse_args()
+    names = [n.strip() for n in args.scenarios.split(",") if n.strip()]
+    results = {}
+    for launcher in ("exec", "zygote"):
+        target = replace(Target(), launcher=launcher)
+        print(f"{launcher}: running {', '.join(names)} …", flush=True)
+        results[launcher] = measure(target, names, args.repeat)
+    e, z = results["exec"], results["zygote"]
+    print()
+    print(f"scenarios: {', '.join(names)}; {z['cases']} kill cases per launcher, one process (one core)")
+    print(f"{'':34}{'exec':>12}{'zygote':>12}")
+    print(f"{'cases/s':34}{e['rate']:12.2f}{z['rate']:12.2f}   ratio zygote/exec {z['rate'] / e['rate']:.1f}×")
+    print(f"{'ms per case (wall)':34}{e['wall'] / e['cases'] * 1000:12.1f}{z['wall'] / z['cases'] * 1000:12.1f}")
+    for p in PHASES:
+        print(f"{'  ' + p + ' (mean ms)':34}{mean(e['phases'][p]):12.1f}{mean(z['phases'][p]):12.1f}")
+    for kind in ("start→first barrier", "model request", "fsync", "barrier round trip (≤)"):
+        print(f"{'  ' + kind + ' (median ms)':34}{median(e['barrier'].get(kind, [])):12.2f}"
+              f"{median(z['barrier'].get(kind, [])):12.2f}")
+    print(f"{'harness overhead per case (mean ms)':34}{mean(e['overhead']):12.1f}{mean(z['overhead']):12.1f}")
+    for launcher, r in results.items():
+        if r["failures"]:
+            print(f"{launcher}: {len(r['failures'])} case(s) did not pass: {'; '.join(r['failures'][:5])}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
