@@ -77,6 +77,18 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see `{self.prog} --help`)")
 
 
+_PARSER: argparse.ArgumentParser | None = None
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command-line parser, built once per process (building it costs ~5 ms: argparse and gettext look-ups;
+    a process forked from a warm one, see ``agent.warm``, finds it built). parse_args never changes it."""
+    global _PARSER
+    if _PARSER is None:
+        _PARSER = _build_parser()
+    return _PARSER
+
+
 def _build_parser() -> argparse.ArgumentParser:
     formatter = argparse.RawDescriptionHelpFormatter
     parser = _Parser(
@@ -311,7 +323,7 @@ def main(argv: list[str] | None = None, environ: Mapping[str, str] | None = None
     """Run one command; returns the exit status (see EXIT_CODES). ``environ`` defaults to ``os.environ``."""
     env = os.environ if environ is None else environ
     try:
-        args = _build_parser().parse_args(argv)
+        args = parser().parse_args(argv)
         _check_bug_switches(env)  # every verb refuses an unknown AGENT_BUGS name (exit 2), before it does anything
         return _COMMANDS[args.command](args, env)
     except UsageError as exc:

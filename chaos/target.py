@@ -62,11 +62,9 @@ DEFAULT_LAUNCH: dict[str, tuple[str, ...]] = {
     "describe": ("{command}", "describe", "--workspace", "{workspace}", "{flags}"),
 }
 LAUNCH_KEYS = tuple(DEFAULT_LAUNCH)
-# What the bundled agent's zygote imports once: its start path and what a run imports lazily (http.client alone is
-# ~10 ms, the checkpoint client's socket, urllib.parse). None of these modules reads the environment at import.
-BUNDLED_PRELOAD = ("agent.cli", "agent.loop", "agent.recovery", "agent.config", "agent.provider", "agent.tools",
-                   "agent.checkpoints", "agent.session.store", "agent.session.materialize", "http.client", "socket",
-                   "urllib.parse")
+# What the bundled agent's zygote imports once: `agent.warm`, the agent's own warm-up module (its start path, what a
+# run imports lazily, the built CLI parser; it reads no environment at import).
+BUNDLED_PRELOAD = ("agent.warm",)
 _PLACEHOLDERS = frozenset({"{command}", "{flags}", "{session_dir}", "{workspace}", "{prompt}", "{log}",
                            "{current}", "{session}", "{restart}"})
 
