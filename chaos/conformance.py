@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.corpus import Corpus, PlanCheck, Prefix
+from chaos.divergence import describe_divergence, describe_plan, entry_kinds
 
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_BOUND = 64  # plans per closed loop; SPEC §14.5 bounds a step at 2k+3 plans, scripted answers end the run
@@ -149,136 +150,6 @@ def reduce_problem(expected: Mapping[str, Any], actual: Any) -> tuple[str, str] 
         return (f"reduce: error seq differs (reference {want.get('code')})",
                 f"expected {_clip(want)}, got {_clip(got)}")
     return None
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Describing plans relative to the state (the divergence signature)
-
-
-def entry_kinds(data: bytes) -> dict[str, str]:
-    """Entry/record id → what it is (``assistant``, ``user``, ``tool``, ``compaction`` or a record type), read from
-    the committed lines of a log; lenient (a line that is not JSON is skipped). Pure."""
-    out: dict[str, str] = {}
-    end = data.rfind(b"\n")
-    for raw in data[: end + 1].split(b"\n")[1:]:
-        try:
-            value = json.loads(raw)
-        except ValueError:
-            continue
-        for fact in value if isinstance(value, list) else [value]:
-            if not isinstance(fact, dict) or not isinstance(fact.get("id"), str):
-                continue
-            if fact.get("kind") == "entry" and isinstance(fact.get("entry"), dict):
-                entry = fact["entry"]
-                message = entry.get("message")
-                role = message.get("role") if isinstance(message, dict) else None
-                out[fact["id"]] = role if entry.get("type") == "message" and role else str(entry.get("type"))
-            elif fact.get("kind") == "record" and isinstance(fact.get("record"), dict):
-                out[fact["id"]] = str(fact["record"].get("type"))
-    return out
-
-
-def _current_assistant_id(state: Mapping[str, Any]) -> str | None:
-    op = state.get("operation") or {}
-    step = op.get("step") or {}
-    if op.get("kind") == "run" and step.get("status") == "settled":
-        return step.get("settledEntryId")
-    return None
-
-
-def _relation(state: Mapping[str, Any], entry_id: Any, entries: Mapping[str, str] | None) -> str:
-    """'' when ``entry_id`` is the current (last) assistant message, else what it is: ' of an earlier assistant
-    message', ' of a user message', ' of an unknown entry' …"""
-    if not isinstance(entry_id, str):
-        return " without an entry id"
-    if entry_id == _current_assistant_id(state):
-        return ""
-    op = state.get("operation") or {}
-    earlier = {t.get("assistantEntryId") for t in op.get("toolCalls") or ()}
-    kind = (entries or {}).get(entry_id)
-    if kind == "assistant" or entry_id in earlier:
-        return " of an earlier assistant message"
-    if kind is not None:
-        return f" of a {kind} entry" if kind not in ("user", "tool") else f" of a {kind} message"
-    if _current_assistant_id(state) is None:
-        return " with no settled assistant message"
-    return " of an unknown entry" if entries is not None else " of another entry"
-
-
-def _foreign_call(state: Mapping[str, Any], index: Any, name: Any) -> str:
-    """', not a call of the current assistant message (it has none)' when the current assistant message (the last
-    one of the transcript, SPEC §14.3 (a)) has no call ``index`` named ``name`` (the words of chaos.divergence)."""
-    transcript = state.get("transcript") or []
-    current = next((m for m in reversed(transcript) if isinstance(m, Mapping) and m.get("role") == "assistant"), None)
-    if current is None:
-        return ""
-    calls = current.get("tool_calls") or []
-    if isinstance(index, int) and 0 <= index < len(calls) and (calls[index].get("function") or {}).get("name") == name:
-        return ""
-    count = {0: "none", 1: "one call"}.get(len(calls), f"{len(calls)} calls")
-    return f", not a call of the current assistant message (it has {count})"
-
-
-def describe_plan(state: Mapping[str, Any], plan: Any, *, entries: Mapping[str, str] | None = None) -> str:
-    """A short, ID-free description of ``plan`` relative to ``state``: its type, tool name and index, whether it
-    refers to the current (last) assistant message or an earlier one, the outcome of a finish, the reason of a
-    blocked. ``entries`` (``entry_kinds`` of the log) lets it say what a foreign ID is. Pure."""
-    if not isinstance(plan, Mapping):
-        return "no plan"
-    kind = plan.get("type")
-    if kind == "finish":
-        outcome = plan.get("outcome")
-        text = f"finish {outcome}"
-        if outcome == "completed":
-            if plan.get("completion") not in (None, "normal"):
-                text += f" ({plan.get('completion')})"
-            if "finalEntryId" not in plan:
-                text += " (idle no-op)" if "completion" in plan else " without finalEntryId"
-            elif (state.get("operation") or {}).get("kind") == "run":
-                text += _relation(state, plan["finalEntryId"], entries).replace(" of ", " with the final entry of ")
-        elif outcome == "failed":
-            error = plan.get("error")
-            text += f" {error.get('code')}" if isinstance(error, Mapping) else " (no error)"
-        return text
-    if kind == "startStep":
-        text = f"startStep {plan.get('stepKind')} attempt {plan.get('attempt')}"
-        boundary = getattr(state, "boundary", None)
-        if plan.get("attempt") == 1 and boundary is not None and plan.get("contextThroughEntryId") != boundary:
-            text += " citing an entry other than the context boundary"
-        return text
-    if kind == "startTool":
-        mode = "" if plan.get("mode") in ("start", None) else f" ({plan.get('mode')})"
-        where = _relation(state, plan.get("assistantEntryId"), entries)
-        return (f"startTool {plan.get('toolName')}#{plan.get('toolIndex')}{mode}"
-                + (where or _foreign_call(state, plan.get("toolIndex"), plan.get("toolName"))))
-    if kind == "appendSynthetic":
-        results = plan.get("results") if isinstance(plan.get("results"), list) else []
-        parts = [f"{r.get('reason')} {r.get('toolName')}#{r.get('toolIndex')}" for r in results if isinstance(r, Mapping)]
-        relations = {_relation(state, r.get("assistantEntryId"), entries)
-                     or _foreign_call(state, r.get("toolIndex"), r.get("toolName"))
-                     for r in results if isinstance(r, Mapping)}
-        return "appendSynthetic " + (", ".join(parts) or "(no results)") + "".join(sorted(relations))
-    if kind == "closeAttempt":
-        error = plan.get("error")
-        return "closeAttempt" + (f" {error.get('code')}" if isinstance(error, Mapping) else "")
-    if kind == "blocked":
-        return f"blocked {plan.get('reason')}"
-    return f"{kind or 'unknown'} plan"
-
-
-def describe_divergence(state: Mapping[str, Any], reference_plan: Mapping[str, Any], reference_rule: str,
-                        implementation_plan: Any, *, entries: Mapping[str, str] | None = None) -> str:
-    """``reference P5.2 finish completed; implementation startTool read#0 of an earlier assistant message``.
-
-    When both plans read the same, the members that differ are named (``… (differs in arguments)``). Pure; the
-    campaign verdicts use it too."""
-    ref = describe_plan(state, reference_plan, entries=entries)
-    imp = describe_plan(state, implementation_plan, entries=entries)
-    if ref == imp and isinstance(implementation_plan, Mapping):
-        members = sorted(k for k in set(reference_plan) | set(implementation_plan)
-                         if not json_equal(reference_plan.get(k), implementation_plan.get(k)))
-        imp += f" (differs in {', '.join(members)})" if members else ""
-    return f"reference {reference_rule} {ref}; implementation {imp}"
 
 
 def plan_shape_problem(value: Any) -> str | None:

@@ -12,9 +12,10 @@ which names the rule the implementation should have followed and what it did ins
 by (reference rule, this signature), so two cases that broke different invariants through the same wrong decision
 are one finding.
 
-Pure core (``describe_plan``, ``signature``, ``compare``) over plans and states; ``first_divergence`` runs the
-implementation's ``plan`` command as a real subprocess per kill (failing cases only: a few per campaign).
-Not here: judging (``chaos.oracle``), conformance over a corpus (``chaos.conformance``, which uses the same words).
+Pure core (``describe_plan``, ``describe_divergence``, ``compare``) over plans and states — one vocabulary, also
+used by ``chaos conformance``; ``first_divergence`` runs the implementation's ``plan`` command as a real subprocess
+per kill (failing cases only: a few per campaign). Not here: judging (``chaos.oracle``), conformance over a corpus
+(``chaos.conformance``).
 """
 
 from __future__ import annotations
@@ -34,55 +35,61 @@ PLAN_TIMEOUT = 30.0  # seconds for one `plan` of the implementation
 CURRENT_KEYS = ("configurationDigest", "environmentIdentity", "tools")
 
 
-def describe_plan(state: Mapping | None, plan: Any) -> str:
-    """A plan in a few words, relative to ``state`` (e.g. ``startTool read#0 of an earlier assistant message``)."""
-    if not isinstance(plan, Mapping):
-        return "no plan"
-    kind = plan.get("type")
-    if kind == "finish":
-        words = f"finish {plan.get('outcome')}"
-        if plan.get("completion") not in (None, "normal"):
-            words += f" ({plan['completion']})"
-        error = plan.get("error")
-        if isinstance(error, Mapping) and error.get("code"):
-            words += f" {error['code']}"
-        return words
-    if kind == "startStep":
-        return f"startStep {plan.get('stepKind')} attempt {plan.get('attempt')}"
-    if kind == "startTool":
-        words = f"startTool {plan.get('toolName')}#{plan.get('toolIndex')}"
-        if plan.get("mode") == "replay":
-            words += " (replay)"
-        where = _which_assistant(state, plan.get("assistantEntryId"))
-        return words + (where or _foreign_call(state, plan.get("toolIndex"), plan.get("toolName")))
-    if kind == "appendSynthetic":
-        results = [r for r in plan.get("results") or () if isinstance(r, Mapping)]
-        parts = [f"{r.get('reason')} {r.get('toolName')}#{r.get('toolIndex')}" for r in results]
-        ids = {r.get("assistantEntryId") for r in results}
-        where = _which_assistant(state, ids.pop()) if len(ids) == 1 else ""
-        return "appendSynthetic " + ", ".join(parts) + where
-    if kind == "closeAttempt":
-        error = plan.get("error")
-        return "closeAttempt" + (f" {error['code']}" if isinstance(error, Mapping) and error.get("code") else "")
-    if kind == "blocked":
-        return f"blocked {plan.get('reason')}"
-    return f"{kind or 'unknown'} plan"
+def entry_kinds(data: bytes) -> dict[str, str]:
+    """Entry/record id → what it is (``assistant``, ``user``, ``tool``, ``compaction`` or a record type), read from
+    the committed lines of a log; lenient (a line that is not JSON is skipped). Pure."""
+    out: dict[str, str] = {}
+    end = data.rfind(b"\n")
+    for raw in data[: end + 1].split(b"\n")[1:]:
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            continue
+        for fact in value if isinstance(value, list) else [value]:
+            if not isinstance(fact, dict) or not isinstance(fact.get("id"), str):
+                continue
+            if fact.get("kind") == "entry" and isinstance(fact.get("entry"), dict):
+                entry = fact["entry"]
+                message = entry.get("message")
+                role = message.get("role") if isinstance(message, dict) else None
+                out[fact["id"]] = role if entry.get("type") == "message" and role else str(entry.get("type"))
+            elif fact.get("kind") == "record" and isinstance(fact.get("record"), dict):
+                out[fact["id"]] = str(fact["record"].get("type"))
+    return out
 
 
-def _which_assistant(state: Mapping | None, entry_id: Any) -> str:
-    """" of an earlier assistant message" when ``entry_id`` is not the current step's settled assistant entry."""
-    step = ((state or {}).get("operation") or {}).get("step") or {}
-    current = step.get("settledEntryId")
-    if current is None or entry_id == current:
+def _current_assistant_id(state: Mapping[str, Any]) -> str | None:
+    op = state.get("operation") or {}
+    step = op.get("step") or {}
+    if op.get("kind") == "run" and step.get("status") == "settled":
+        return step.get("settledEntryId")
+    return None
+
+
+def _relation(state: Mapping[str, Any], entry_id: Any, entries: Mapping[str, str] | None) -> str:
+    """'' when ``entry_id`` is the current (last) assistant message, else what it is: ' of an earlier assistant
+    message', ' of a user message', ' of an unknown entry' …"""
+    if not isinstance(entry_id, str):
+        return " without an entry id"
+    if entry_id == _current_assistant_id(state):
         return ""
-    return " of an earlier assistant message"
+    op = state.get("operation") or {}
+    earlier = {t.get("assistantEntryId") for t in op.get("toolCalls") or ()}
+    kind = (entries or {}).get(entry_id)
+    if kind == "assistant" or entry_id in earlier:
+        return " of an earlier assistant message"
+    if kind is not None:
+        return f" of a {kind} entry" if kind not in ("user", "tool") else f" of a {kind} message"
+    if _current_assistant_id(state) is None:
+        return " with no settled assistant message"
+    return " of an unknown entry" if entries is not None else " of another entry"
 
 
-def _foreign_call(state: Mapping | None, index: Any, name: Any) -> str:
-    """", not a call of the current assistant message (it has none)" when the current assistant message (the last
+def _foreign_call(state: Mapping[str, Any], index: Any, name: Any) -> str:
+    """', not a call of the current assistant message (it has none)' when the current assistant message (the last
     one of the transcript, SPEC §14.3 (a)) has no call ``index`` named ``name``: a stale call from an earlier turn."""
-    transcript = (state or {}).get("transcript") or []
-    current = next((m for m in reversed(transcript) if m.get("role") == "assistant"), None)
+    transcript = state.get("transcript") or []
+    current = next((m for m in reversed(transcript) if isinstance(m, Mapping) and m.get("role") == "assistant"), None)
     if current is None:
         return ""
     calls = current.get("tool_calls") or []
@@ -92,11 +99,72 @@ def _foreign_call(state: Mapping | None, index: Any, name: Any) -> str:
     return f", not a call of the current assistant message (it has {count})"
 
 
-def signature(state: Mapping | None, reference_rule: str, reference: Any, implementation: Any,
-              failure: str | None = None) -> str:
-    """``reference P5.2 finish completed; implementation startTool read#0 of an earlier assistant message``."""
-    theirs = describe_plan(state, implementation) if failure is None else failure
-    return f"reference {reference_rule} {describe_plan(state, reference)}; implementation {theirs}"
+def describe_plan(state: Mapping[str, Any], plan: Any, *, entries: Mapping[str, str] | None = None) -> str:
+    """A short, ID-free description of ``plan`` relative to ``state``: its type, tool name and index, whether it
+    refers to the current (last) assistant message or an earlier one, the outcome of a finish, the reason of a
+    blocked. ``entries`` (``entry_kinds`` of the log) lets it say what a foreign ID is. Pure; ``chaos conformance``
+    and the campaign verdicts use the same words."""
+    if not isinstance(plan, Mapping):
+        return "no plan"
+    kind = plan.get("type")
+    if kind == "finish":
+        outcome = plan.get("outcome")
+        text = f"finish {outcome}"
+        if outcome == "completed":
+            if plan.get("completion") not in (None, "normal"):
+                text += f" ({plan.get('completion')})"
+            if "finalEntryId" not in plan:
+                text += " (idle no-op)" if "completion" in plan else " without finalEntryId"
+            elif (state.get("operation") or {}).get("kind") == "run":
+                text += _relation(state, plan["finalEntryId"], entries).replace(" of ", " with the final entry of ")
+        elif outcome == "failed":
+            error = plan.get("error")
+            text += f" {error.get('code')}" if isinstance(error, Mapping) else " (no error)"
+        return text
+    if kind == "startStep":
+        text = f"startStep {plan.get('stepKind')} attempt {plan.get('attempt')}"
+        boundary = getattr(state, "boundary", None)
+        if plan.get("attempt") == 1 and boundary is not None and plan.get("contextThroughEntryId") != boundary:
+            text += " citing an entry other than the context boundary"
+        return text
+    if kind == "startTool":
+        mode = "" if plan.get("mode") in ("start", None) else f" ({plan.get('mode')})"
+        where = _relation(state, plan.get("assistantEntryId"), entries)
+        return (f"startTool {plan.get('toolName')}#{plan.get('toolIndex')}{mode}"
+                + (where or _foreign_call(state, plan.get("toolIndex"), plan.get("toolName"))))
+    if kind == "appendSynthetic":
+        results = plan.get("results") if isinstance(plan.get("results"), list) else []
+        parts = [f"{r.get('reason')} {r.get('toolName')}#{r.get('toolIndex')}" for r in results if isinstance(r, Mapping)]
+        relations = {_relation(state, r.get("assistantEntryId"), entries)
+                     or _foreign_call(state, r.get("toolIndex"), r.get("toolName"))
+                     for r in results if isinstance(r, Mapping)}
+        return "appendSynthetic " + (", ".join(parts) or "(no results)") + "".join(sorted(relations))
+    if kind == "closeAttempt":
+        error = plan.get("error")
+        return "closeAttempt" + (f" {error.get('code')}" if isinstance(error, Mapping) else "")
+    if kind == "blocked":
+        return f"blocked {plan.get('reason')}"
+    return f"{kind or 'unknown'} plan"
+
+
+def describe_divergence(state: Mapping[str, Any], reference_plan: Mapping[str, Any], reference_rule: str,
+                        implementation_plan: Any, *, entries: Mapping[str, str] | None = None) -> str:
+    """``reference P5.2 finish completed; implementation startTool read#0 of an earlier assistant message``.
+
+    When both plans read the same, the members that differ are named (``… (differs in arguments)``). Pure; the
+    campaign verdicts use it too."""
+    ref = describe_plan(state, reference_plan, entries=entries)
+    imp = describe_plan(state, implementation_plan, entries=entries)
+    if ref == imp and isinstance(implementation_plan, Mapping):
+        members = sorted(k for k in set(reference_plan) | set(implementation_plan)
+                         if _json(reference_plan.get(k)) != _json(implementation_plan.get(k)))
+        imp += f" (differs in {', '.join(members)})" if members else ""
+    return f"reference {reference_rule} {ref}; implementation {imp}"
+
+
+def _json(value: Any) -> str:
+    """A canonical text of a JSON value, for "which members differ" (``True`` and ``1`` are different JSON)."""
+    return json.dumps(value, sort_keys=True)
 
 
 @dataclass
@@ -122,16 +190,19 @@ class Divergence:
 
 
 def compare(state: Mapping, current: Mapping, implementation: Any, *, failure: str | None = None,
-            kill: int = 1, fault: str = "") -> Divergence | None:
+            kill: int = 1, fault: str = "", entries: Mapping[str, str] | None = None) -> Divergence | None:
     """The divergence of one decision, or None when the implementation's plan equals the reference plan."""
     from agent.session.planner import plan_recovery, plan_rule
 
     rule = plan_rule(state, current)
     reference = plan_recovery(state, current)
-    if failure is None and implementation == reference:
+    if failure is None and _json(implementation) == _json(reference):
         return None
-    return Divergence(kill, fault, rule, reference, implementation, failure,
-                      signature(state, rule, reference, implementation, failure))
+    if failure is not None:
+        text = f"reference {rule} {describe_plan(state, reference, entries=entries)}; implementation {failure}"
+    else:
+        text = describe_divergence(state, reference, rule, implementation, entries=entries)
+    return Divergence(kill, fault, rule, reference, implementation, failure, text)
 
 
 def ask_plan(argv_template: Sequence[str], log: bytes, current: Mapping, env: Mapping[str, str],
@@ -182,7 +253,8 @@ def first_divergence(target: Any, evidence: Any) -> Divergence | None:
             continue  # a prefix that does not reduce: log-reduces reports it with its own evidence
         plan, failure = ask_plan(template, kill.snapshot, current, env)
         try:
-            found = compare(state, current, plan, failure=failure, kill=n, fault=kill.fault)
+            found = compare(state, current, plan, failure=failure, kill=n, fault=kill.fault,
+                            entries=entry_kinds(kill.snapshot))
         except ValueError:  # the reference planner cannot plan this state (PlannerInputError)
             continue
         if found is not None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos.divergence import Divergence, ask_plan, compare, describe_plan, first_divergence, signature
+from chaos.divergence import Divergence, ask_plan, compare, describe_divergence, describe_plan, first_divergence
 from chaos.target import Target
 
 CONTRACT = Path(__file__).resolve().parents[3].parent / "shared" / "session-contract"
@@ -24,7 +24,8 @@ def fixture(name: str):
     return log, reduce_session(log), data["current"], expected
 
 
-STATE = {"operation": {"step": {"settledEntryId": "A2"}},
+STATE = {"operation": {"kind": "run", "step": {"status": "settled", "settledEntryId": "A2"},
+                       "toolCalls": [{"assistantEntryId": "A1", "toolIndex": 0, "status": "completed"}]},
          "transcript": [{"role": "user", "content": "x"},
                         {"role": "assistant", "content": None,
                          "tool_calls": [{"id": "c", "function": {"name": "read", "arguments": "{}"}}]},
@@ -34,8 +35,10 @@ STATE = {"operation": {"step": {"settledEntryId": "A2"}},
 
 class TestDescribePlan:
     @pytest.mark.parametrize("plan, words", [
-        ({"type": "finish", "outcome": "completed", "completion": "normal"}, "finish completed"),
-        ({"type": "finish", "outcome": "completed", "completion": "truncated"}, "finish completed (truncated)"),
+        ({"type": "finish", "outcome": "completed", "completion": "normal", "finalEntryId": "A2"}, "finish completed"),
+        ({"type": "finish", "outcome": "completed", "completion": "truncated", "finalEntryId": "A2"},
+         "finish completed (truncated)"),
+        ({"type": "finish", "outcome": "completed", "completion": "normal"}, "finish completed (idle no-op)"),
         ({"type": "finish", "outcome": "failed", "error": {"code": "empty_response"}}, "finish failed empty_response"),
         ({"type": "startStep", "stepKind": "assistant", "attempt": 2}, "startStep assistant attempt 2"),
         ({"type": "blocked", "reason": "attempts_exhausted"}, "blocked attempts_exhausted"),
@@ -57,10 +60,18 @@ class TestDescribePlan:
         plan = {"type": "startTool", "mode": "replay", "assistantEntryId": "A1", "toolIndex": 0, "toolName": "read"}
         assert describe_plan(STATE, plan) == "startTool read#0 (replay) of an earlier assistant message"
 
-    def test_signature_puts_reference_first(self):
-        """The signature reads `reference RULE PLAN; implementation PLAN`."""
-        text = signature(STATE, "P5.2", {"type": "finish", "outcome": "completed"}, None, "no plan (exit 3)")
-        assert text == "reference P5.2 finish completed; implementation no plan (exit 3)"
+    def test_the_divergence_puts_the_reference_first(self):
+        """The divergence reads `reference RULE PLAN; implementation PLAN`."""
+        reference = {"type": "finish", "outcome": "completed", "completion": "normal", "finalEntryId": "A2"}
+        stale = {"type": "startTool", "mode": "start", "assistantEntryId": "A2", "toolIndex": 0, "toolName": "read"}
+        assert describe_divergence(STATE, reference, "P5.2", stale) == (
+            "reference P5.2 finish completed; implementation startTool read#0, not a call of the current assistant "
+            "message (it has none)")
+
+    def test_plans_that_read_alike_name_the_members_that_differ(self):
+        """Two plans with the same words are told apart by the members that differ."""
+        a = {"type": "blocked", "reason": "attempts_exhausted"}
+        assert describe_divergence(STATE, a, "P3.4", dict(a, extra=1)).endswith("(differs in extra)")
 
 
 class TestCompare:
