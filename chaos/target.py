@@ -16,7 +16,11 @@ otherwise learn by importing it (modelled on Jepsen's ``jepsen.db/DB`` protocol 
 - its kill-point vocabulary and how its durable state is read (``kind = "contract"``: the session contract's fact
   names, read with the reference reducer of ``agent.session``), which oracle invariants apply, how its effects are
   witnessed (``CHAOS_WITNESS``) and how it reaches the model (``OPENAI_BASE_URL``: chat completions);
-- its exit codes (which mean "settled by itself", which "blocked", which "refused: session locked").
+- its exit codes (which mean "settled by itself", which "blocked", which "refused: session locked");
+- how its processes start (``launcher``): forked from a warm zygote that imported its ``preload`` once
+  (``chaos.zygote``; only for a ``python -m MODULE`` command of this interpreter — the bundled agent), or exec'd
+  from scratch (any other command). The launcher never changes a verdict (``chaos campaign --launcher-check``), so
+  it is not part of the cache key.
 
 The bundled agent is simply the default target (``Target()``). ``Target.key()`` names it in the baseline cache
 (the bundled agent's key includes the digest of its source, so an edited agent never reuses stale kill points);

@@ -156,3 +156,26 @@ class TestAskingTheTarget:
                                '[launch]\nbugs = ["{command}"]\n')
         with pytest.raises(TargetError, match="exited 1"):
             resolve_target(str(path), bugs="x")
+
+
+class TestLauncher:
+    def test_the_bundled_target_runs_in_a_zygote_and_a_foreign_one_by_exec(self, tmp_path):
+        """The default target names a zygote module; a target file's command defaults to exec."""
+        assert Target().zygote_module() == "agent"
+        assert load_target(write(tmp_path, 'command = ["x"]\n')).zygote_module() is None
+
+    def test_a_python_module_target_may_ask_for_a_zygote(self, tmp_path):
+        """launcher = "zygote" with a {python} -m command is accepted; preload defaults to the module."""
+        target = load_target(write(tmp_path, 'command = ["{python}", "-m", "mine"]\nlauncher = "zygote"\n'))
+        assert target.zygote_module() == "mine" and target.preload == ("mine",)
+
+    def test_a_zygote_for_another_command_is_refused(self, tmp_path):
+        """launcher = "zygote" for a command that is not this interpreter's -m is a one-line error."""
+        with pytest.raises(TargetError, match="zygote needs command"):
+            load_target(write(tmp_path, 'command = ["node", "agent.js"]\nlauncher = "zygote"\n'))
+
+    def test_the_command_line_launcher_overrides_the_target(self):
+        """resolve_target(launcher="exec") makes the bundled agent exec'd."""
+        assert resolve_target(launcher="exec").zygote_module() is None
+        with pytest.raises(TargetError, match="expected zygote or exec"):
+            resolve_target(launcher="fork")
