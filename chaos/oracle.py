@@ -635,11 +635,12 @@ def _decl(current: Mapping | None, name: str) -> Mapping | None:
     return next((t for t in current.get("tools", []) if t.get("name") == name), None)
 
 
-def _clip(value: Any, n: int = 100) -> str:
+def _clip(value: Any) -> str:
+    """A value as evidence text, whole: a reader acts on the exact bytes (an argument, a result, a transaction), and a
+    line cut with "…" hides the very difference it reports."""
     if value is None:
         return "(none)"
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
-    return text if len(text) <= n else text[:n] + "…"
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
 def _show(value: str | None) -> str:
@@ -1403,7 +1404,8 @@ def outcome(ev: Evidence) -> InvariantResult:
     reduction = view.reduction if view is not None else None
     if decisive != "no crash" and reduction is None:
         checked.append(f"the state at {decisive} does not reduce: default expectations used")
-    resolved = ev.expect.resolve(reduction, condition_context(ev, view, crashed)) if ev.expect is not None else None
+    context = condition_context(ev, view, crashed)
+    resolved = ev.expect.resolve(reduction, context) if ev.expect is not None else None
     actual = final_outcome(ev, state)
     interrupt = _interrupt(ev, state)
     if interrupt is not None and interrupt[1] is not None:
@@ -1427,6 +1429,7 @@ def outcome(ev: Evidence) -> InvariantResult:
         if not _outcome_matches(resolved.outcome, actual):
             findings.append(Finding(f"final outcome is {actual}, expected {resolved.outcome} by {rule} "
                                     f"(state at {decisive})", "final log"))
+            findings.append(_covering_rule(reduction, context, actual, decisive))
         aborter = _blocked_before_abort(ev)
         if aborter is not None:
             last_op = state.ops[state.order[-1]] if state.order else None
@@ -1460,14 +1463,63 @@ def outcome(ev: Evidence) -> InvariantResult:
         performed = [state.ops[o].prompt for o in state.order if state.ops[o].kind == "run"]
         checked.append(f"{len(performed)} of {len(ev.prompts)} run(s) performed")
         if performed != list(ev.prompts):
-            findings.append(Finding(f"runs performed {[_clip(p, 40) for p in performed]} are not the scenario's "
-                                    f"{[_clip(p, 40) for p in ev.prompts]}", "final log"))
+            findings.append(Finding(f"runs performed {[_clip(p) for p in performed]} are not the scenario's "
+                                    f"{[_clip(p) for p in ev.prompts]}", "final log"))
     for req in ev.requests:
         if req.get("kind") == "unknown":
             findings.append(Finding(f"unscripted request: {req.get('finding')}", f"request {req.get('seq')}",
                                     request=req.get("seq")))
     findings += _differential(ev, reduction, checked)
     return _result("outcome", findings, checked)
+
+
+def conditions_at(reduction: Mapping | None, context: Mapping | None = None) -> list[str]:
+    """The conditions of the scenario vocabulary (``chaos.scenario.condition_holds``) that hold for ``reduction``,
+    each in its most specific form (``run:1``, ``settled:stop``, ``pending:bash``, ``ended:completed``): what an
+    ``[[expect.when]]`` rule for exactly this state says. ``changed`` only when the recovering configuration is
+    known (unknown, it holds vacuously and would say nothing). Pure."""
+    from chaos.scenario import KNOWN_TOOLS, condition_holds
+
+    if reduction is None:
+        return ["no-kill"]
+    context = context or {}
+    op = reduction["operation"]
+    step = op.get("step") or {}
+    out: list[str] = []
+    runs = sum(1 for m in reduction.get("transcript", []) if m.get("role") == "user")
+    for cond in ("idle", f"ended:{context.get('ended')}", f"run:{runs}", "compaction", "no-step",
+                 f"open-attempt:{step.get('attempt')}", "failed-step", f"settled:{step.get('stopReason')}"):
+        try:
+            if condition_holds(cond, reduction, context):
+                out.append(cond)
+        except ValueError:  # e.g. open-attempt:None outside a step: not a condition of this state
+            continue
+    named = [t.get("toolName") for t in op.get("toolCalls", []) if t.get("toolName")]
+    tools = list(dict.fromkeys([*KNOWN_TOOLS, *named]))
+    for name in ("pending", "untouched", "interrupted"):
+        out += [f"{name}:{tool}" for tool in tools if condition_holds(f"{name}:{tool}", reduction, context)]
+    if condition_holds("abort-requested", reduction, context):
+        out.append("abort-requested")
+    if context.get("current") is not None and condition_holds("changed", reduction, context):
+        out.append("changed")
+    return out
+
+
+def _covering_rule(reduction: Mapping | None, context: Mapping, actual: str, decisive: str) -> Finding:
+    """The evidence an ``outcome`` failure needs to be acted on: the conditions that held at the decisive state and
+    the ``[[expect.when]]`` rule that would expect the actual outcome there — to add to the scenario only if that
+    outcome is right for this state (else the agent is wrong, and the rule says what it did)."""
+    from chaos.scenario import outcome_problem
+
+    conds = conditions_at(reduction, context)
+    held = ", ".join(conds) if conds else "(none of the vocabulary)"
+    if outcome_problem(actual) is not None:
+        return Finding(f"conditions that held at {decisive}: {held}; no expectation rule can accept {actual} "
+                       "(not a terminal outcome: the agent did not finish)", "scenario")
+    when = ", ".join(json.dumps(c) for c in conds if c != "no-kill")
+    rule = f'[[expect.when]] when = [{when}] outcome = "{actual}"' if when else f'[expect] outcome = "{actual}"'
+    return Finding(f"conditions that held at {decisive}: {held}; if {actual} is right there, this rule covers "
+                   f"it: {rule}", "scenario")
 
 
 def _final_answer(state: State) -> str | None:
@@ -1509,8 +1561,8 @@ def _differential(ev: Evidence, reduction: Mapping | None, checked: list[str]) -
     if mine == base:
         return []
     index = next((i for i, (a, b) in enumerate(zip(mine, base)) if a != b), min(len(mine), len(base)))
-    have = _clip(mine[index], 160) if index < len(mine) else "(end of log)"
-    want = _clip(base[index], 160) if index < len(base) else "(end of log)"
+    have = _clip(mine[index]) if index < len(mine) else "(end of log)"
+    want = _clip(base[index]) if index < len(base) else "(end of log)"
     return [Finding(f"differs from the crash-free baseline at transaction {index + 1} (usage ignored, ids renamed): "
                     f"have {have}, baseline {want}", "final log", line=index + 2)]
 

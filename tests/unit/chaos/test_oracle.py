@@ -590,6 +590,57 @@ def test_outcome_fails_when_the_run_ended_otherwise_than_expected():
     assert any("final outcome is failed:empty_response, expected completed" in f for f in found)
 
 
+def test_an_outcome_failure_names_the_conditions_at_the_kill_and_the_rule_that_covers_them():
+    """The evidence lists the conditions that held at the last kill and an [[expect.when]] rule for the outcome seen."""
+    log = Log()
+    log.run()
+    log.attempt()
+    log.answer("")
+    log.finish("failed", {"code": "empty_response", "message": "model returned an empty final answer"})
+    ev = killed_after(log, 2, requests=GOOD_REQUESTS[:1], witness=[])  # killed with the step's attempt open
+    [rule] = [f for f in failing(ev)["outcome"] if "conditions that held" in f]
+    assert "conditions that held at kill 1 (kill): run:1, open-attempt:1;" in rule
+    assert rule.endswith('this rule covers it: [[expect.when]] when = ["run:1", "open-attempt:1"] '
+                         'outcome = "failed:empty_response"')
+
+
+def test_an_unfinished_run_has_no_covering_rule():
+    """An outcome no expectation can accept (the run never finished) says so instead of proposing a rule."""
+    log = Log()
+    log.run()
+    log.attempt()
+    found = failing(evidence(log, requests=GOOD_REQUESTS[:1], witness=[]))["outcome"]
+    assert any("no expectation rule can accept unfinished:run" in f and "conditions that held at no crash: no-kill"
+               in f for f in found)
+
+
+def test_conditions_at_names_each_condition_in_its_most_specific_form():
+    """Pending tools, settled stop reasons and run numbers come with their argument; nothing vacuous is listed."""
+    from agent.session.reducer import reduce_session
+
+    log = Log()
+    log.run()
+    log.attempt()
+    log.answer(calls=[("call_1", "bash", '{"command":"deploy"}')])
+    log.started()
+    state = reduce_session(log.data)
+    assert oracle.conditions_at(state) == ["run:1", "settled:toolUse", "pending:bash"]
+    assert oracle.conditions_at(None) == ["no-kill"]
+
+
+def test_evidence_text_is_never_cut():
+    """A long argument text appears whole in the finding, not cut with an ellipsis."""
+    long_text = '{"command":"' + "x" * 500 + '"}'
+    log = Log()
+    log.run()
+    log.attempt()
+    log.answer(calls=[("call_1", "bash", long_text)])
+    ts, res = log.started(arguments={"command": "y" * 500})
+    log.result(ts, res)
+    found = failing(evidence(log, witness=[]))["log-reduces"]
+    assert any("y" * 500 in f and "x" * 500 in f and "…" not in f for f in found)
+
+
 def test_outcome_differential_fails_when_the_recovered_log_differs_from_the_baseline():
     """With no open attempt and no pending tool at the kill, the final log must equal the baseline's (ids renamed)."""
     log = good_log()
