@@ -151,9 +151,10 @@ class Barrier:
     tx: int
     ordinals: Mapping[str, int] = field(default_factory=dict)
 
-    def points(self) -> list[KillPoint]:
-        """Every kill point that names this barrier: ``tx:K@PHASE`` and one ``FACT@PHASE#N`` per distinct fact."""
-        named = [KillPoint(self.phase, fact=f, n=n) for f, n in self.ordinals.items() if f in FACT_NAMES]
+    def points(self, vocabulary: Sequence[str] = FACT_NAMES) -> list[KillPoint]:
+        """Every kill point that names this barrier: ``tx:K@PHASE`` and one ``FACT@PHASE#N`` per distinct fact of
+        ``vocabulary`` (the target's fact names; the session contract's by default)."""
+        named = [KillPoint(self.phase, fact=f, n=n) for f, n in self.ordinals.items() if f in vocabulary]
         return [KillPoint(self.phase, tx=self.tx), *named]
 
 
@@ -161,17 +162,20 @@ def _action_list() -> str:
     return "kill, int, torn(B), powerloss, dresume, ioerror(ENOSPC|EIO)"
 
 
-def parse_point(text: str) -> KillPoint:
-    """Parse ``FACT@PHASE#N`` or ``tx:K@PHASE``; raises ``FaultSyntaxError`` naming the problem."""
+def parse_point(text: str, vocabulary: Sequence[str] = FACT_NAMES) -> KillPoint:
+    """Parse ``FACT@PHASE#N`` or ``tx:K@PHASE``; raises ``FaultSyntaxError`` naming the problem.
+
+    ``vocabulary``: the fact names the target announces (a probe target's tables, files and points, chaos.probe);
+    the session contract's ``FACT_NAMES`` by default, so every existing caller keeps its check."""
     m = _TX_POINT_RE.match(text)
     if m:
         return KillPoint(_phase(text, m.group(2)), tx=int(m.group(1)))
     m = _FACT_POINT_RE.match(text)
     if m:
         fact, phase, n = m.groups()
-        if fact not in FACT_NAMES:
+        if fact not in vocabulary:
             raise FaultSyntaxError(
-                f"kill point {text!r}: unknown fact {fact!r} (expected one of {', '.join(FACT_NAMES)})"
+                f"kill point {text!r}: unknown fact {fact!r} (expected one of {', '.join(vocabulary)})"
             )
         return KillPoint(_phase(text, phase), fact=fact, n=int(n))
     if text.startswith("tx:"):
@@ -191,7 +195,7 @@ def _phase(text: str, phase: str) -> str:
     return phase
 
 
-def parse_fault(text: str) -> Fault:
+def parse_fault(text: str, vocabulary: Sequence[str] = FACT_NAMES) -> Fault:
     """Parse ``[ACTION:]POINT``; the default action is ``kill``. Raises ``FaultSyntaxError``."""
     if not isinstance(text, str) or not text.strip():
         raise FaultSyntaxError("fault: empty text (expected [ACTION:]FACT@PHASE#N or [ACTION:]tx:K@PHASE)")
@@ -201,12 +205,12 @@ def parse_fault(text: str) -> Fault:
     head, sep, rest = text.partition(":")
     # `tx:K@PHASE` also contains a colon: a head that is not an action word is part of the point.
     if not sep or head == "tx":
-        return Fault("kill", parse_point(text))
+        return Fault("kill", parse_point(text, vocabulary))
     m = _ACTION_RE.match(head)
     if not m:
         raise FaultSyntaxError(f"fault {text!r}: unknown action {head!r} (expected {_action_list()})")
     word = m.group(1)
-    point = parse_point(rest)
+    point = parse_point(rest, vocabulary)
     if word.startswith("torn("):
         if not re.fullmatch(_NUMBER, m.group(2)):
             raise FaultSyntaxError(
@@ -229,12 +233,12 @@ def format_fault(fault: Fault) -> str:
     return f"{fault.action}:{fault.point}"
 
 
-def parse_schedule(text: str | Iterable[str]) -> tuple[Fault, ...]:
+def parse_schedule(text: str | Iterable[str], vocabulary: Sequence[str] = FACT_NAMES) -> tuple[Fault, ...]:
     """Parse ``FAULT+FAULT…`` (or an iterable of fault texts) into a schedule; ``""`` is the empty schedule."""
     parts = text.split("+") if isinstance(text, str) else list(text)
     if isinstance(text, str) and not text.strip():
         return ()
-    return tuple(parse_fault(p) for p in parts)
+    return tuple(parse_fault(p, vocabulary) for p in parts)
 
 
 def format_schedule(schedule: Sequence[Fault]) -> str:
@@ -249,14 +253,14 @@ def case_id(scenario: str, schedule: Sequence[Fault]) -> str:
     return f"{scenario}::{format_schedule(schedule)}" if schedule else scenario
 
 
-def parse_case_id(text: str) -> tuple[str, tuple[Fault, ...]]:
+def parse_case_id(text: str, vocabulary: Sequence[str] = FACT_NAMES) -> tuple[str, tuple[Fault, ...]]:
     """Split a case id into its scenario name and schedule; raises ``FaultSyntaxError``."""
     scenario, sep, schedule = text.partition("::")
     if not scenario or any(c.isspace() for c in scenario):
         raise FaultSyntaxError(f"case id {text!r}: expected <scenario>::<fault>[+<fault>...]")
     if sep and not schedule:
         raise FaultSyntaxError(f"case id {text!r}: '::' must be followed by at least one fault")
-    return scenario, parse_schedule(schedule) if sep else ()
+    return scenario, parse_schedule(schedule, vocabulary) if sep else ()
 
 
 class Matcher:
