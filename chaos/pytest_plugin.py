@@ -24,6 +24,11 @@ Invariants it protects:
 - **Light at load time.** pytest imports this module in every run of the environment. It imports nothing but pytest
   and the standard library; pydantic, the supervisor and the oracle are imported when a scenario file is collected.
 
+- **One name per case.** A case's JUnit ``classname``/``name`` are ``chaos campaign``'s (``killpoint.<scenario>``, the
+  schedule), its ``reproduce:`` line is relative to the directory pytest was started from, and
+  ``--killpoint-case-dir`` puts kept case directories where CI collects artifacts. A failing baseline item shows why
+  (tool error results and the agent's stderr tail, ``chaos.transcript.baseline_why``).
+
 What it does not do: it does not shrink failures or write repro bundles (``chaos campaign`` does), and it runs
 depth 1 only (depth 2, torn writes and random schedules are the campaign's nightly job).
 """
@@ -31,6 +36,7 @@ depth 1 only (depth 2, torn writes and random schedules are the campaign's night
 from __future__ import annotations
 
 import fcntl
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -64,6 +70,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="which case directories to keep under pytest's temporary directory (default: failing)")
     group.addoption("--killpoint-case-timeout", type=float, default=120.0, metavar="SECONDS",
                     help="wall-clock limit per case (the supervisor's watchdog; default 120)")
+    group.addoption("--killpoint-case-dir", default=None, metavar="DIR",
+                    help="put the kept case directories under DIR (e.g. a CI artifact directory) instead of "
+                         "pytest's temporary directory")
     parser.addini("killpoint_scenario_dirs", type="paths", default=["scenarios"],
                   help="directories whose scenario files pytest collects when a path inside them is given")
 
@@ -74,7 +83,9 @@ class _KillpointState:
     def __init__(self, config: pytest.Config):
         self.config = config
         rootdir = Path(str(config.rootpath))
-        roots = [Path(p) for p in config.getini("killpoint_scenario_dirs")]
+        # An ini value is resolved by pytest against the ini file; the default ("scenarios") is the rootdir's, also
+        # when pytest is started from a subdirectory.
+        roots = [rootdir / p for p in config.getini("killpoint_scenario_dirs")]
         self.explicit = [Path(p).resolve() for p in config.getoption("killpoint_scenarios")]
         self.roots = [p.resolve() for p in roots] + self.explicit
         cache = config.getoption("killpoint_cache")
@@ -88,6 +99,9 @@ class _KillpointState:
         self.mode = config.getoption("killpoint_mode")
         self.keep = config.getoption("killpoint_keep")
         self.case_seconds = config.getoption("killpoint_case_timeout")
+        case_dir = config.getoption("killpoint_case_dir")
+        # Relative to where pytest was started, like every other path on its command line.
+        self.case_dir = (Path(config.invocation_params.dir) / case_dir).resolve() if case_dir else None
         self.asked = self._asked_paths(config)
         self._context = None
 
@@ -124,8 +138,14 @@ class _KillpointState:
         if self._context is None:
             from chaos.workers import Context, WorkerConfig
 
-            factory = self.config._tmp_path_factory  # noqa: SLF001 - pytest's own basetemp, per xdist worker
-            work = factory.mktemp("killpoint", numbered=True)
+            if self.case_dir is not None:
+                # Every xdist worker shares DIR: case directories are named by case id, and a taken name gets a
+                # numbered sibling (chaos.case), so workers and repeated runs never overwrite each other's.
+                work = self.case_dir
+                work.mkdir(parents=True, exist_ok=True)
+            else:
+                factory = self.config._tmp_path_factory  # noqa: SLF001 - pytest's own basetemp, per xdist worker
+                work = factory.mktemp("killpoint", numbered=True)
             config = WorkerConfig(scenarios={}, target=self.resolve_target(), cache=str(self.cache),
                                   cache_keys={}, work=str(work),
                                   limits={"case_seconds": self.case_seconds}, shrink=False, keep=self.keep)
@@ -145,6 +165,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "killpoint: a killpoint crash case collected from a scenario file")
     state = _KillpointState(config)
     config.stash[_STATE] = state
+    config.pluginmanager.register(_JunitNames(config), "killpoint-junit-names")
     if state.bugs or state.target_file or state.planner_cmd:
         # Checked now, not at the first case: a typo must not make every case "pass" with the correct agent.
         state.resolve_target()
@@ -157,6 +178,31 @@ def pytest_configure(config: pytest.Config) -> None:
             # Idempotent: xdist hands the controller's (already extended) args to its workers.
             if str(path) not in config.args:
                 config.args.append(str(path))
+
+
+class _JunitNames:
+    """``--junitxml`` names a killpoint item as ``chaos campaign``'s ``junit.xml`` does (``classname`` =
+    ``killpoint.<scenario>``, ``name`` = the schedule, ``baseline`` for the baseline), not after the file path, so a
+    dashboard tracks one case under one name whichever tool ran it. Runs where the XML is written (the xdist
+    controller), from the ``case_id`` property every item carries, before pytest's own junitxml hook."""
+
+    def __init__(self, config: pytest.Config):
+        self.config = config
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        from _pytest.junitxml import xml_key
+
+        xml = self.config.stash.get(xml_key, None)
+        case_id = dict(report.user_properties).get("case_id")
+        if xml is None or not isinstance(case_id, str) or "::" not in case_id:
+            return
+        scenario, _, schedule = case_id.partition("::")
+        classname = f"killpoint.{scenario}" if not xml.prefix else f"{xml.prefix}.killpoint.{scenario}"
+        reporter = xml.node_reporter(report)
+        # pytest restores attributes set before it records the report over the ones it derives from the node id.
+        reporter.add_attribute("classname", classname)
+        reporter.add_attribute("name", schedule)
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector):
@@ -186,8 +232,11 @@ class ScenarioFile(pytest.File):
             raise self.CollectError("\n".join(exc.messages)) from None
         points, baseline = _kill_points(state, scenario, self.path)
         if points is None:
+            from chaos.transcript import baseline_why
+
             yield BaselineProblem.from_parent(self, name="baseline", scenario=scenario.name,
-                                              problems=baseline.get("problems") or ["the baseline did not pass"])
+                                              problems=baseline.get("problems") or ["the baseline did not pass"],
+                                              why=baseline_why(baseline.get("case_dirs") or []))
             return
         from chaos.schedules import pinned_cases
         from chaos.schedules.exhaustive import Exhaustive
@@ -255,6 +304,7 @@ class KillpointCase(pytest.Item):
         self.case_id = case_id
         self.origin = origin
         self.index = index
+        self.user_properties.append(("case_id", case_id))  # on every report: JUnit names (_JunitNames)
 
     def runtest(self) -> None:
         state: _KillpointState = self.config.stash[_STATE]
@@ -265,7 +315,6 @@ class KillpointCase(pytest.Item):
         ctx = state.context()
         spec = spec_from_id(self.case_id, origin=self.origin, index=self.index)
         outcome = execute(ctx, spec)
-        self.user_properties.append(("case_id", self.case_id))
         if outcome.status == PASS:
             return
         result = outcome.result
@@ -296,11 +345,12 @@ class KillpointCase(pytest.Item):
             lines.append(f"  case directory: {result.case_dir}")
         for invariant in invariants:
             self.user_properties.append(("invariant", invariant))
-        schedule = "+".join(spec.schedule)
-        where = self.path
-        if _inside(where, Path(str(self.config.rootpath))):
-            where = where.relative_to(Path(str(self.config.rootpath)))  # the command is run from the rootdir
+        import os
         import shlex
+
+        schedule = "+".join(spec.schedule)
+        # Relative to the directory pytest was started from: where the person pastes the line (not the rootdir).
+        where = os.path.relpath(self.path, self.config.invocation_params.dir)
 
         repro = shlex.join(["chaos", "run", str(where), "--kill", schedule, *target.cli_args()])
         lines.append(f"  reproduce: {repro}")
@@ -318,15 +368,20 @@ class KillpointCase(pytest.Item):
 class BaselineProblem(pytest.Item):
     """The crash-free baseline of a scenario did not pass (or did not repeat itself): no kill point can be trusted."""
 
-    def __init__(self, *, scenario: str, problems: list[str], **kw):
+    def __init__(self, *, scenario: str, problems: list[str], why: Sequence[str] = (), **kw):
         super().__init__(**kw)
         self.add_marker("killpoint")
         self.scenario = scenario
         self.problems = problems
+        self.why = list(why)
+        self.user_properties.append(("case_id", f"{scenario}::baseline"))
 
     def runtest(self) -> None:
-        text = "\n".join([f"the crash-free baseline of {self.scenario} did not pass; no case was collected:"]
-                         + [f"  - {p}" for p in self.problems])
+        lines = [f"the crash-free baseline of {self.scenario} did not pass; no case was collected:"]
+        lines += [f"  - {p}" for p in self.problems]
+        if self.why:
+            lines += ["  why (from the kept baseline run):"] + [f"    {w}" for w in self.why]
+        text = "\n".join(lines)
         raise KillpointFailure(text, ["baseline"])
 
     def repr_failure(self, excinfo, style=None):

@@ -212,6 +212,59 @@ def test_a_foreign_planner_failure_names_the_first_divergence(project, kp_cache)
     ])
 
 
+BAD_WRITE = '''
+name = "bad-write"
+description = "The model calls write without its content: the crash-free run cannot pass."
+[[runs]]
+prompt = "Write the file."
+[[runs.turns]]
+tool_calls = [{ id = "call_w", name = "write", arguments = { path = "out.txt" } }]
+[[runs.turns]]
+content = "Done."
+[expect]
+outcome = "completed"
+answer = "Done."
+files = { "out.txt" = "hello" }
+'''
+
+
+def test_a_failing_baseline_item_says_why(project, kp_cache):
+    """The baseline item of a scenario whose crash-free run fails shows the tool's error result and stderr tail."""
+    (project.path / "scenarios" / "bad-write.toml").write_text(BAD_WRITE)
+    result = project.runpytest_subprocess("scenarios/bad-write.toml", "-p", "no:xdist", "--killpoint-cache", kp_cache)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    result.stdout.fnmatch_lines([
+        "*the crash-free baseline of bad-write did not pass*",
+        "*why (from the kept baseline run):*",
+        "*tool write returned an error: Error: invalid arguments for tool 'write': missing required property "
+        "'content'*",
+        "*agent stderr (launch 0, step): agent: *",
+    ])
+
+
+def test_ci_reproduce_line_case_directory_and_junit_names(project, kp_cache, tmp_path):
+    """Run from scenarios/: the reproduce line works pasted there, --killpoint-case-dir holds the kept case, and the
+    JUnit testcase has the classname and name `chaos campaign`'s junit.xml gives the same case."""
+    xml = tmp_path / "junit.xml"
+    run = subprocess.run([sys.executable, "-m", "pytest", "regressions", "-p", "no:xdist", "-p", "no:cacheprovider",
+                          "--killpoint-agent-bugs", "stale-assistant-calls", "--killpoint-cache", kp_cache,
+                          "--junitxml", str(xml), "--killpoint-case-dir", "../artifacts"],
+                         cwd=project.path / "scenarios", capture_output=True, text=True, timeout=300)
+    assert run.returncode == pytest.ExitCode.TESTS_FAILED, run.stdout + run.stderr
+    assert ("reproduce: chaos run regressions/stale.toml --kill 'assistant@after-sync#2' --agent-bugs "
+            "stale-assistant-calls") in run.stdout
+    kept = project.path / "artifacts" / "tiny-stale-calls_assistant_after-sync_2"
+    assert (kept / "caserun.json").is_file() and f"case directory: {kept}" in run.stdout
+    [case] = ET.parse(xml).getroot().iter("testcase")
+    assert (case.get("classname"), case.get("name")) == ("killpoint.tiny-stale-calls", "assistant@after-sync#2")
+    from chaos.report import CaseReport
+    from chaos.report.junit import case_name
+
+    report = CaseReport(id="tiny-stale-calls::assistant@after-sync#2", scenario="tiny-stale-calls",
+                        schedule=["assistant@after-sync#2"], status="pass")
+    assert case_name(report) == case.get("name")  # the campaign's name for the same case
+
+
 def test_importing_the_plugin_loads_nothing_heavy():
     """Importing chaos.pytest_plugin (as pytest does in every run) imports neither pydantic nor the supervisor."""
     code = ("import sys, chaos.pytest_plugin; "
