@@ -144,7 +144,8 @@ class CampaignOptions:
                 try:
                     target = Target.from_json(value.pop(key))
                     # Its fields must fit their types too: workers and launchers receive it as is.
-                    problems += shapes.field_problems(target, f"{where}.{key}")
+                    problems += shapes.field_problems(target, f"{where}.{key}") or _target_problems(
+                        target, f"{where}.{key}")
                     value["target"] = target.to_json()
                 except (TypeError, ValueError, AttributeError, KeyError) as exc:
                     problems.append(f"{where}.{key}: not a target description ({type(exc).__name__}: {exc})")
@@ -195,6 +196,16 @@ class CampaignOptions:
         problem = name_problem(self.name)
         if problem:
             problems.append(problem)
+        for flag, value in (("--out", self.out), ("--cache", self.cache), ("corpus", self.corpus),
+                            *(("SCENARIOS", path) for path in self.scenarios)):
+            if value and "\0" in value:  # no path holds one (os calls raise ValueError on it)
+                problems.append(f"{flag} {value!r}: contains a NUL byte")
+        from chaos.schedules.random import ACTIONS as RANDOM_ACTIONS
+
+        unknown = [a for a in self.random_actions if a not in RANDOM_ACTIONS]
+        if unknown or not self.random_actions:
+            problems.append(f"random_actions {','.join(unknown) or '(none)'}: expected some of "
+                            f"{', '.join(RANDOM_ACTIONS)}")
         if problems:
             raise CampaignError(problems)
 
@@ -797,6 +808,24 @@ def _locked_run(campaign: Campaign, *, list_only: bool = False) -> CampaignResul
             return campaign.run()
     except JournalError as exc:
         raise CampaignError(str(exc).splitlines()) from None
+
+
+def _target_problems(target: Target, where: str) -> list[str]:
+    """The values of a target read back from ``campaign.json`` that a target file could not have held (what
+    ``chaos.target.load_target`` refuses in a file), one line each."""
+    from chaos import target as tg
+    from chaos.oracle import INVARIANTS
+
+    checks = [
+        ("kind", target.kind in tg.KINDS, f"one of {', '.join(tg.KINDS)}"),
+        ("launcher", getattr(target, "launcher", tg.LAUNCHERS[0]) in tg.LAUNCHERS, f"one of {', '.join(tg.LAUNCHERS)}"),
+        ("planner_scope", target.planner_scope in tg.PLANNER_SCOPES, f"one of {', '.join(tg.PLANNER_SCOPES)}"),
+        ("command", bool(target.command) and all(target.command), "a non-empty list of non-empty strings"),
+        ("launch", all(key in tg.LAUNCH_KEYS and argv for key, argv in target.launch),
+         f"argv templates for some of {', '.join(tg.LAUNCH_KEYS)}"),
+        ("invariants", set(target.invariants) <= set(INVARIANTS), f"some of {', '.join(INVARIANTS)}"),
+    ]
+    return [f"{where}.{name}: expected {what}" for name, ok, what in checks if not ok]
 
 
 def resumed_options(params: Mapping[str, Any], directory: Path) -> CampaignOptions:

@@ -32,6 +32,10 @@ class _Main(click.Group):
     def main(self, args=None, *rest, **kwargs):
         import sys
 
+        # A real argv cannot hold a NUL, an in-process call can; click's path checks would raise ValueError on it.
+        if args is not None and any(isinstance(a, str) and "\0" in a for a in args):
+            click.echo("chaos: an argument contains a NUL byte", err=True)
+            sys.exit(2)
         try:
             return super().main(args, *rest, **kwargs)
         except Exception as exc:  # noqa: BLE001 - the one place a defect of chaos is turned into an exit status

@@ -1079,7 +1079,9 @@ def scenario_files(paths: list[str | Path]) -> tuple[list[Path], list[str]]:
     problems: list[str] = []
     for raw in paths:
         path = Path(raw)
-        if path.is_dir():
+        if "\0" in str(raw):  # no file has such a name; the checks below would raise ValueError
+            problems.append(f"{str(raw)!r}:1: path: contains a NUL byte")
+        elif path.is_dir():
             found = sorted(p for p in path.rglob("*.toml") if p.is_file())
             if not found:
                 problems.append(f"{path}:1: path: directory contains no *.toml scenario files")
