@@ -347,6 +347,9 @@ def run_mutants(options: MutantsOptions, *, say: Callable[[str], None] = lambda 
             scenarios=paths, workers=1 if first is not None else options.workers, fail_fast=switch is not None, name=label, out=str(run_dir),
             cache=cache, keep=options.keep, case_seconds=options.case_seconds,
             target=options.the_target().with_bugs([switch] if switch else []).to_json(),
+            # The switches' campaigns are one history series (same target without switches): replaying one
+            # switch's failures first in the next would falsify its time to first detection.
+            replay=False, history=False,
         )
         started = time.time()  # journal records carry wall-clock `finished_at`
         try:

@@ -22,9 +22,15 @@ MAX_FINDINGS = 8  # per invariant; the kept case directory has everything
 _STYLE = {PASS: "green", FAIL: "bold red", records.HANG: "bold red", records.NOT_REACHED: "yellow"}
 
 
+# Piped output (a CI log, `| grep`) is never wrapped: a case id split over two lines can be neither searched nor
+# pasted. Tables still take the width of their content; nothing is padded to this width.
+PIPED_WIDTH = 100_000
+
+
 def console(*, stderr: bool = False) -> Console:
-    """A console that wraps for terminals and stays wide enough for case ids when piped."""
-    return Console(stderr=stderr, highlight=False, soft_wrap=False, width=None if Console().is_terminal else 160)
+    """A console that wraps for terminals and never wraps when piped."""
+    terminal = Console(stderr=stderr).is_terminal
+    return Console(stderr=stderr, highlight=False, soft_wrap=False, width=None if terminal else PIPED_WIDTH)
 
 
 def case_table(results: Sequence[CaseResult], title: str = "") -> Table:

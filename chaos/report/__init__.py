@@ -136,8 +136,14 @@ class CampaignReport:
     coverage: dict[str, Any] | None = None  # as computed by the campaign engine; derived from cases when None
     shards: list[str] = field(default_factory=list)  # for a merged report: the shard folders it joins
     planned: int | None = None  # cases the campaign planned (None: endless random mode, or unknown)
-    interrupted: bool = False  # the campaign stopped early (Ctrl-C, budget): some planned cases did not run
-    baselines: dict[str, Any] = field(default_factory=dict)  # per scenario: {"ok", "problems", ...} of its baseline
+    interrupted: bool = False  # a signal (SIGINT, SIGTERM) stopped the campaign
+    baselines: dict[str, Any] = field(default_factory=dict)  # per scenario: {"ok", "problems", "why", ...}
+    # Every planned case ran (None: unknown, a report built without the engine: then no case is missing and
+    # nothing interrupted it). An incomplete report never shows a green banner.
+    complete: bool | None = None
+    stopped: str | None = None  # why it stopped early: budget, fail-fast, SIGINT, SIGTERM (duration: complete)
+    not_run: str = ""  # how much did not run, in one line (chaos.campaign.CampaignResult.not_run_text)
+    resume: str | None = None  # the exact command that continues it
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -154,8 +160,19 @@ class CampaignReport:
             "planned": self.planned,
             "interrupted": self.interrupted,
             "baselines": self.baselines,
+            "complete": self.complete,
+            "stopped": self.stopped,
+            "not_run": self.not_run,
+            "resume": self.resume,
             "cases": [c.to_json() for c in self.cases],
         }
+
+    @property
+    def is_complete(self) -> bool:
+        """``complete``, or for a report built without the engine: nothing interrupted it, no planned case missing."""
+        if self.complete is not None:
+            return self.complete
+        return not self.interrupted and (self.planned is None or len(self.cases) >= self.planned)
 
     @classmethod
     def from_json(cls, value: dict[str, Any]) -> CampaignReport:

@@ -5,7 +5,9 @@ image or stylesheet from anywhere — it is opened from CI artifacts, mail attac
 and a page that needs the network shows nothing there. The template is ``index.html.j2`` beside this module
 (jinja2, autoescaping on: every scenario text, fault, evidence and stderr line is data, never markup).
 
-Sections, top to bottom: the verdict banner; totals; failures by invariant and deduplicated; coverage per
+Sections, top to bottom: for an incomplete campaign first how much did not run and the exact ``--resume`` command;
+the verdict banner (never green when a planned case did not run or a baseline failed; a failed baseline with the
+tool errors and stderr tail that explain it); totals; failures by invariant and deduplicated; coverage per
 ``FACT@PHASE`` and per planner rule; one section per failure (invariants with messages and evidence, the timeline
 of durable facts, kill points, restarts and plans, the plans each restart printed, the minimal schedule, the repro
 command and bundle); flaky cases (same layout, marked as not reproduced); errors; kill points not reached; and a

@@ -5,7 +5,10 @@ per case (the baseline is named ``baseline``). A failing case carries one ``<fai
 failing invariant, whose ``message`` names every failing invariant, and whose text gives each invariant's message
 and evidence (JSON) plus the repro command; ``error`` cases carry ``<error>`` with the supervisor's verdict;
 ``not-reached`` cases are ``<skipped>`` (the kill point never fired: not a pass); flaky cases pass, marked with a
-``flaky`` property and the failure that did not reproduce in ``<system-out>``.
+``flaky`` property and the failure that did not reproduce in ``<system-out>``. Every suite carries the campaign's
+properties, among them ``complete`` (``false`` when a planned case did not run), ``cases_planned``,
+``cases_not_run`` and ``incomplete`` (how much, and why); a campaign that ran no case at all still has one suite,
+named after the campaign, holding them — a dashboard must not read an empty file as a green run.
 
 Invariant protected: the file is well-formed XML 1.0 whatever the evidence contains (agent stderr may hold NUL or
 other control characters, which XML 1.0 cannot represent and ElementTree would write out verbatim).
@@ -61,13 +64,27 @@ def junit_xml(report: CampaignReport) -> str:
 
     root = ET.Element("testsuites", name=_clean(f"killpoint {report.name}"))
     totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
-    for scenario, cases in by_scenario.items():
-        suite = ET.SubElement(root, "testsuite", name=_clean(scenario))
-        props = ET.SubElement(suite, "properties")
-        for name, value in (("campaign", report.name), ("mode", report.mode), ("seed", report.seed),
-                            ("agent_bugs", ",".join(report.agent_bugs)), ("command", " ".join(report.command))):
+    planned = report.planned if report.planned is not None else len(report.cases)
+    campaign_props = (("campaign", report.name), ("mode", report.mode), ("seed", report.seed),
+                      ("agent_bugs", ",".join(report.agent_bugs)), ("command", " ".join(report.command)),
+                      ("complete", "true" if report.is_complete else "false"), ("cases_planned", planned),
+                      ("cases_not_run", max(0, planned - len(report.cases))),
+                      ("incomplete", report.not_run if not report.is_complete else ""),
+                      ("resume", report.resume if not report.is_complete else ""))
+
+    def properties(parent: ET.Element) -> None:
+        props = ET.SubElement(parent, "properties")
+        for name, value in campaign_props:
             if value not in (None, ""):
                 ET.SubElement(props, "property", name=name, value=_clean(value))
+
+    if not by_scenario:
+        empty = ET.SubElement(root, "testsuite", name=_clean(report.name), tests="0", failures="0", errors="0",
+                              skipped="0", time="0.000")
+        properties(empty)
+    for scenario, cases in by_scenario.items():
+        suite = ET.SubElement(root, "testsuite", name=_clean(scenario))
+        properties(suite)
         counts = {"tests": len(cases), "failures": 0, "errors": 0, "skipped": 0}
         for case in cases:
             tc = ET.SubElement(suite, "testcase", classname=_clean(f"killpoint.{scenario}"),

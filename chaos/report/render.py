@@ -62,7 +62,9 @@ def case_report(record: Mapping[str, Any]) -> CaseReport:
 
 
 def campaign_report(result: Any, directory: str | Path | None = None) -> CampaignReport:
-    """A ``chaos.campaign.CampaignResult`` (with its ``records``) as a ``CampaignReport``."""
+    """A ``chaos.campaign.CampaignResult`` (with its ``records``) as a ``CampaignReport``; ``directory`` (the campaign
+    directory) names the ``--resume`` command an incomplete campaign's report starts with."""
+    from chaos.campaign import resume_command
     target = result.target or {}
     mode = result.mode if result.mode != "exhaustive" or result.depth == 1 else f"exhaustive, depth {result.depth}"
     if result.shard:
@@ -82,6 +84,11 @@ def campaign_report(result: Any, directory: str | Path | None = None) -> Campaig
         planned=result.cases.get("planned"),
         interrupted=bool(result.interrupted),
         baselines=dict(result.baselines),
+        complete=bool(result.complete),
+        stopped=result.stopped,
+        not_run=result.not_run_text(),
+        resume=resume_command(directory) if directory is not None and not result.complete and not result.shards
+        else None,
     )
 
 
@@ -188,7 +195,8 @@ def render_campaign(directory: str | Path) -> tuple[dict[str, Path], list[str]]:
     return render_result(result, directory, params)
 
 
-def merge_campaigns(dirs: Sequence[str | Path], out: str | Path) -> tuple[Any, dict[str, Path], list[str]]:
+def merge_campaigns(dirs: Sequence[str | Path], out: str | Path, *,
+                    force: bool = False) -> tuple[Any, dict[str, Path], list[str]]:
     """``chaos report merge DIR… --out OUT``: join the shards' journals into OUT, then render OUT.
 
     Bundles are written from each shard's kept case directories (the merged journal's paths are relative to the
@@ -197,7 +205,7 @@ def merge_campaigns(dirs: Sequence[str | Path], out: str | Path) -> tuple[Any, d
     from chaos.campaign import write_merged
     from chaos.journal import read_campaign
 
-    result = write_merged(dirs, out)
+    result = write_merged(dirs, out, force=force)
     out = Path(out)
     params = read_campaign(out)
     from chaos.journal import JOURNAL, read_journal

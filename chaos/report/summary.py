@@ -1,7 +1,9 @@
 """``summary.json``: the machine-readable totals of one campaign, and the provenance facts every report carries.
 
 Fields (``SUMMARY_FORMAT``): the campaign's identity (name, mode, seed, command line, agent bugs, start time,
-duration, cases/s, versions), case counts by status, kills and restarts performed, failures by invariant and
+duration, cases/s, versions), whether it is complete (``complete``, ``stopped``, ``incomplete``: how much did not
+run, ``resume``: the command that continues it), case counts by status, kills and restarts performed, failures by
+invariant and
 deduplicated by (invariant, fault action, fact name) with a count, flaky cases listed separately, and coverage per
 ``FACT@PHASE`` and per planner rule (SPEC §14.4 ids).
 
@@ -50,6 +52,12 @@ def summarize(report: CampaignReport) -> dict[str, Any]:
         "versions": report.versions,
         "shards": report.shards,
         "interrupted": report.interrupted,
+        # False when a planned case did not run (budget, --fail-fast, a signal, discovery cut short): CI must not
+        # read a partial run as a green one. `notRun` in `cases`, the reason and the command that continues it here.
+        "complete": report.is_complete,
+        "stopped": report.stopped,
+        "incomplete": report.not_run or None,
+        "resume": report.resume,
         "cases": {
             "planned": report.planned if report.planned is not None else len(cases),
             "notRun": max(0, report.planned - len(cases)) if report.planned is not None else 0,
@@ -69,7 +77,8 @@ def summarize(report: CampaignReport) -> dict[str, Any]:
         },
         "flaky": [_failure_entry(c) for c in cases if c.status == FLAKY],
         "errors": [{"case": c.id, "verdict": c.verdict, "detail": c.detail} for c in cases if c.status == ERROR],
-        "baselines": {name: {"ok": bool(b.get("ok")), "problems": list(b.get("problems") or [])}
+        "baselines": {name: {"ok": bool(b.get("ok")), "problems": list(b.get("problems") or []),
+                             "why": list(b.get("why") or [])}
                       for name, b in sorted(report.baselines.items())},
         # The engine's coverage (chaos.campaign.coverage) is the only one: a report built without it has none.
         "coverage": report.coverage if report.coverage is not None else {},

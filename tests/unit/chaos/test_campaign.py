@@ -166,3 +166,105 @@ def test_nightly_preset_keeps_the_scenario_selection():
     options = nightly(CampaignOptions(tags=["restart-change"]))
     assert (options.depth, options.faults, options.regressions_pinned) == (2, list(FAULT_FAMILIES), False)
     assert options.tags == ["restart-change"]
+
+
+class TestCompletion:
+    def test_exit_codes_put_signals_then_failures_before_incompleteness(self):
+        """143 after SIGTERM, 130 after SIGINT, 1 for a failure even when incomplete, 4 when only incomplete, else 0."""
+        from chaos.campaign import EXIT_INCOMPLETE, exit_code
+
+        records = TestResult().records()
+        passing = [r for r in records if r["status"] != "fail"]
+        assert exit_code(build_result(PARAMS, passing[:1], duration=1.0)) == EXIT_INCOMPLETE == 4
+        assert exit_code(build_result({**PARAMS, "plan": {**PARAMS["plan"], "cases": 2}}, passing, duration=1.0)) == 0
+        assert exit_code(build_result(PARAMS, records[:2], duration=1.0)) == 1  # incomplete, with a failure
+        sigterm = {**PARAMS, "stopped": "SIGTERM"}
+        assert exit_code(build_result(sigterm, passing[:1], duration=1.0, interrupted=True)) == 143
+        assert exit_code(build_result(PARAMS, passing[:1], duration=1.0, interrupted=True)) == 130
+
+    def test_a_campaign_whose_discovery_was_cut_short_is_incomplete_and_says_so(self):
+        """Every planned case ran, but depth-2 discovery did not finish: not complete, and the text says how much."""
+        params = {**PARAMS, "plan": {**PARAMS["plan"], "cases": 4}, "stopped": "budget",
+                  "discovery": {"baselines": {"planned": 1, "done": 1}, "recoveries": {"planned": 10, "done": 4}}}
+        result = build_result(params, TestResult().records(), duration=1.0)
+        assert not result.complete and result.cases["not_run"] == 0
+        assert result.not_run_text() == ("0 of 4 planned case(s) did not run; 6 of 10 depth-2 recoveries were not "
+                                         "discovered, so their cases are not counted — the time budget was used up")
+
+    def test_a_random_duration_campaign_is_complete_when_its_duration_is_reached(self):
+        """An endless random list is complete when --duration stopped it, not when a budget or a signal did."""
+        params = {"options": {"mode": "random", "seed": 1, "duration": 5.0}, "plan": {"cases": None}}
+        recs = TestResult().records()[:1]
+        assert build_result({**params, "stopped": "duration"}, recs, duration=5.0).complete
+        assert not build_result({**params, "stopped": "budget"}, recs, duration=5.0).complete
+        assert not build_result({**params, "stopped": "duration"}, recs, duration=5.0, interrupted=True).complete
+
+    def test_an_incomplete_summary_starts_with_how_much_did_not_run_and_the_resume_command(self, tmp_path):
+        """An incomplete campaign's summary starts with INCOMPLETE and its counts, then the exact --resume command."""
+        lines = summary_lines(build_result({**PARAMS, "stopped": "budget"}, TestResult().records()[:1], duration=1.0),
+                              tmp_path / "c")
+        assert lines[0] == "INCOMPLETE: 3 of 4 planned case(s) did not run — the time budget was used up"
+        assert lines[1].startswith(f"  continue with: chaos campaign --resume {tmp_path / 'c'}")
+        complete = summary_lines(build_result({**PARAMS, "plan": {**PARAMS["plan"], "cases": 1}},
+                                              TestResult().records()[:1], duration=1.0))
+        assert not any("INCOMPLETE" in line for line in complete)
+
+
+class TestResumeOptions:
+    def test_a_changed_option_on_resume_is_refused_in_one_line(self):
+        """A given option differing from the stored one is named with both values; budget and workers may change."""
+        from chaos.campaign import resume_conflicts
+
+        stored = CampaignOptions(depth=1, budget=60.0)
+        given = CampaignOptions(depth=2, budget=600.0, workers=4)
+        [line] = resume_conflicts(stored, given, ["depth", "budget", "workers", "resume_dir"])
+        assert line.startswith("--resume: --depth cannot change a stored campaign (depth is 1, given 2)")
+        assert resume_conflicts(stored, given, ["budget", "workers"]) == []
+
+    def test_repeating_the_same_options_on_resume_is_accepted(self):
+        """The original command line with --resume appended (same values, --nightly included) passes."""
+        from chaos.campaign import nightly, resume_conflicts
+
+        stored = nightly(CampaignOptions(scenarios=["a.toml"], tags=["x"]))
+        given = nightly(CampaignOptions(scenarios=["a.toml"], tags=["x"]))
+        assert resume_conflicts(stored, given, ["scenarios", "tags", "nightly", "depth", "faults"]) == []
+        other = CampaignOptions(scenarios=["b.toml"])
+        assert resume_conflicts(stored, other, ["scenarios"])[0].startswith("--resume: SCENARIOS cannot change")
+
+
+class TestMergeRefusals:
+    def params(self, name="c", started="t0", shard=None, digest="d1", bugs=()):
+        return {"name": name, "started": started, "options": {"shard": shard, "target": {"bugs": list(bugs)}},
+                "baselines": {"s": {"ok": True, "digest": digest}}}
+
+    def test_a_campaign_is_not_merged_with_itself_or_a_copy(self, tmp_path):
+        """The same directory twice, or a copy of one (same name, start and shard), is refused."""
+        from chaos.campaign import merge_problems
+
+        a, b = tmp_path / "a", tmp_path / "b"
+        assert merge_problems([a, a], [self.params(), self.params(started="t1")])[0].endswith(
+            "(a campaign cannot be merged with itself)")
+        assert merge_problems([a, b], [self.params(shard="1/2"), self.params(shard="1/2")])
+        assert merge_problems([a, b], [self.params(shard="1/2"), self.params(shard="2/2")]) == []
+
+    def test_campaigns_of_other_scenarios_or_targets_are_refused(self, tmp_path):
+        """Different scenario files or a different target are named; equal ones merge."""
+        from chaos.campaign import merge_problems
+
+        a, b = tmp_path / "a", tmp_path / "b"
+        [scen] = merge_problems([a, b], [self.params(shard="1/2"), self.params(shard="2/2", digest="d2")])
+        assert "another scenario set" in scen and "different file contents" in scen
+        [target] = merge_problems([a, b], [self.params(shard="1/2"),
+                                           self.params(shard="2/2", bugs=["stale-assistant-calls"])])
+        assert "AGENT_BUGS=stale-assistant-calls" in target
+
+
+class TestDiscoveryProgress:
+    def test_discovery_phases_print_progress_lines(self):
+        """A discovery phase prints [what done/total] lines with a rate, like the cases do."""
+        lines: list[str] = []
+        reporter = Reporter(lines.append)
+        reporter.start(2, 0, 0, what="depth-2 recoveries")
+        reporter.job()
+        reporter.job()
+        assert lines[-1].startswith("[depth-2 recoveries 2/2] ") and "/s" in lines[-1]

@@ -340,6 +340,45 @@ class TestHtml:
         assert "chaos run scenarios/read-then-answer.toml --kill tx:22@after-sync --agent-bugs" in page
 
 
+class TestIncomplete:
+    def report(self, **kw) -> CampaignReport:
+        return campaign([passing("assistant@after-sync#1")], planned=5, complete=False, stopped="budget",
+                        not_run="4 of 5 planned case(s) did not run — the time budget was used up",
+                        resume="chaos campaign --resume reports/demo", **kw)
+
+    def test_summary_says_incomplete_with_counts_and_the_resume_command(self):
+        """summary.json has complete false, the not-run count, why, and the command that continues the campaign."""
+        summary = summarize(self.report())
+        assert summary["complete"] is False and summary["cases"]["notRun"] == 4 and summary["stopped"] == "budget"
+        assert summary["resume"] == "chaos campaign --resume reports/demo"
+        assert summarize(campaign([passing("assistant@after-sync#1")], planned=1))["complete"] is True
+
+    def test_junit_carries_completeness_as_properties_even_with_no_case(self):
+        """Every suite has complete/cases_planned/cases_not_run; a campaign with no case still has a suite for them."""
+        props = {p.get("name"): p.get("value") for p in ET.fromstring(junit_xml(self.report())).iter("property")}
+        assert props["complete"] == "false" and props["cases_planned"] == "5" and props["cases_not_run"] == "4"
+        assert props["resume"] == "chaos campaign --resume reports/demo"
+        empty = ET.fromstring(junit_xml(campaign([], planned=3, complete=False)))
+        [suite] = empty.iter("testsuite")
+        assert suite.get("tests") == "0" and {p.get("name"): p.get("value") for p in suite.iter("property")}[
+            "complete"] == "false"
+
+    def test_the_page_says_first_how_much_did_not_run_and_shows_no_green_banner(self):
+        """An incomplete page starts with the not-run banner and the resume command; no "every invariant held"."""
+        page = TestHtml().render(self.report())
+        assert "Every invariant held" not in page and "banner pass" not in page
+        first = page.index('class="banner')
+        assert page.index("Incomplete campaign: 4 of 5 planned case(s) did not run") > first
+        assert page.index("chaos campaign --resume reports/demo") < page.index('class="cards"')
+
+    def test_a_failed_baseline_shows_why_and_no_green_banner(self):
+        """The baseline banner carries the tool error and stderr lines; the page is not green."""
+        why = ["tool write returned an error: invalid arguments for tool 'write': missing required property 'content'"]
+        page = TestHtml().render(campaign([passing("assistant@after-sync#1")], planned=1,
+                                          baselines={"w": {"ok": False, "problems": ["did not pass"], "why": why}}))
+        assert "missing required property &#39;content&#39;" in page and "banner pass" not in page
+
+
 class TestWriteReports:
     def test_writes_all_renderings_and_the_data(self, tmp_path: Path):
         """write_reports writes summary.json, junit.xml, index.html and report.json (re-renderable)."""
