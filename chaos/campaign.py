@@ -16,10 +16,18 @@ depth 2, a time budget). The engine, in order:
 4. **Run**: a ``chaos.workers.WorkerPool`` (default: one worker per CPU), each case in its own directory with its own
    scripted-server route; every finished case is appended to the fsynced journal (``chaos.journal``) before it
    counts, so ``--resume DIR`` after a crash of the harness continues without redoing or losing a case.
-   ``--budget``/``--duration`` stop dispatching when time is up; ``--fail-fast`` after the first reproduced failure.
+   ``--budget`` covers everything (baselines, depth-2 discovery, cases, shrinking: ``CampaignWorkerConfig.deadline``);
+   ``--duration`` stops a random campaign when it is reached; ``--fail-fast`` stops after the first reproduced
+   failure. Cases that failed or were flaky in earlier runs of the same target and scenario set under ``--out``
+   (``chaos.report.history``) run first (``--no-replay`` turns that off), so a regression shows in the first seconds.
+   SIGTERM stops a campaign as SIGINT does (``Terminated``): the journal stays intact and the partial result is
+   written.
 5. **Result**: ``result.json`` in ``reports/<campaign>/`` — totals, failures deduplicated by (invariant, fault
    action, fact name) with a count, flaky cases apart, coverage per ``fact@phase`` and per planner rule reached on
-   restart, versions, seed. ``merge_journals(dirs)`` computes the same object from several shards' directories.
+   restart, versions, seed, and whether the campaign is *complete* (every planned case ran, discovery finished; a
+   random ``--duration`` campaign: its duration was reached). ``exit_code`` maps it to ``chaos campaign``'s exit
+   status (``EXIT_INCOMPLETE`` when every case that ran held but not all ran). ``merge_journals(dirs)`` computes the
+   same object from several shards' directories. Then ``<out>/history.json`` and ``<out>/index.html`` are updated.
 
 Not here: rendering reports (``chaos.report``), judging (``chaos.oracle``), running one case (``chaos.case``).
 """
@@ -32,11 +40,15 @@ import hashlib
 import json
 import os
 import platform
+import shlex
+import signal
 import subprocess
 import tempfile
+import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,6 +80,10 @@ from chaos.workers import WorkerConfig, WorkerPool
 
 RESULT = "result.json"
 REGRESSION_TAG = "regression"
+# Depth-2 recoveries discovered so far by a campaign whose discovery the budget cut short (resume continues there).
+PARTIAL_RECOVERIES = "recoveries.partial.json"
+# `chaos campaign`'s exit statuses (README "Exit codes"); 4 is used by no other `chaos` command.
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE, EXIT_SIGINT, EXIT_SIGTERM = 0, 1, 2, 4, 130, 143
 REPO = Path(__file__).resolve().parent.parent
 # Fault actions a campaign can enumerate (`--faults`); `all` is every one of them.
 FAULT_FAMILIES = ("kill", "int", "ioerror", "dresume", "torn", "powerloss")
@@ -85,6 +101,46 @@ class CampaignError(ChaosError):
     def __init__(self, messages: str | list[str]):
         self.messages = [messages] if isinstance(messages, str) else list(messages)
         super().__init__("\n".join(self.messages))
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (what a CI timeout sends first), raised in the main thread where Ctrl-C raises KeyboardInterrupt, so
+    both stop a campaign the same way: no new case, the journal intact, the partial result and report written."""
+
+
+class _OutOfTime(Exception):
+    """Internal: the ``--budget`` ran out during discovery (baselines or depth-2 recoveries)."""
+
+
+class _SigtermGuard:
+    """While ``armed`` (discovery and dispatch), SIGTERM raises ``Terminated`` once; a second one, or one that
+    arrives while the result is being written, is only noted (``fired``): raising inside the clean-up would leave
+    workers behind or a result half-computed, and both end in a moment anyway."""
+
+    def __init__(self) -> None:
+        self.armed = True
+        self.fired = False
+
+    def handler(self, signum, frame) -> None:
+        if self.armed and not self.fired:
+            self.fired = True
+            raise Terminated()
+        self.fired = True
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[_SigtermGuard]:
+    """SIGTERM handled as ``_SigtermGuard`` says for the duration of the block (main thread only: an embedding
+    caller in another thread keeps its own handling)."""
+    guard = _SigtermGuard()
+    if threading.current_thread() is not threading.main_thread():
+        yield guard
+        return
+    previous = signal.signal(signal.SIGTERM, guard.handler)
+    try:
+        yield guard
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -125,6 +181,9 @@ class CampaignOptions:
     case_seconds: float = 120.0
     silence_seconds: float = 30.0
     corpus: str | None = None  # `chaos corpus build`: record every kill prefix under this directory (chaos.corpus)
+    # Run first the cases that failed or were flaky in earlier runs of this target and scenario set (<out>/history.json)
+    replay: bool = True
+    history: bool = True  # update <out>/history.json and <out>/index.html (chaos.report.history) at the end
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -219,6 +278,59 @@ def nightly(options: CampaignOptions) -> CampaignOptions:
     return options
 
 
+# `chaos campaign`'s parameters (click names) → (the flag a person typed, the CampaignOptions fields it sets). On
+# --resume the stored options rule; a given flag whose fields differ from them is refused instead of ignored.
+CLI_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "scenarios": ("SCENARIOS", ("scenarios",)), "mode": ("--mode", ("mode",)), "depth": ("--depth", ("depth",)),
+    "faults": ("--faults", ("faults",)), "seed": ("--seed", ("seed",)), "case_count": ("--cases", ("cases",)),
+    "duration": ("--duration", ("duration",)), "max_faults": ("--max-faults", ("max_faults",)),
+    "shard": ("--shard", ("shard",)), "fail_fast": ("--fail-fast", ("fail_fast",)),
+    "pinned_only": ("--pinned-only", ("pinned_only",)), "target_file": ("--target", ("target",)),
+    "agent_config": ("--agent", ("target",)), "agent_bugs": ("--agent-bugs", ("target",)),
+    "planner_cmd": ("--planner-cmd", ("target",)), "planner_scope": ("--planner-scope", ("target",)),
+    "launcher": ("--launcher", ("target",)),
+    "tags": ("--tag", ("tags",)), "nightly": ("--nightly", ("mode", "depth", "faults", "regressions_pinned")),
+    "name": ("--name", ("name",)), "out": ("--out", ("out",)), "cache": ("--cache", ("cache",)),
+    "keep": ("--keep", ("keep",)), "no_shrink": ("--no-shrink", ("shrink",)),
+    "case_timeout": ("--case-timeout", ("case_seconds",)), "no_replay": ("--no-replay", ("replay",)),
+}
+RESUME_MAY_CHANGE = ("--budget", "-j/--workers")
+
+
+def resume_conflicts(stored: CampaignOptions, given: CampaignOptions, explicit: Iterable[str]) -> list[str]:
+    """One line per option given on a ``--resume`` command line (``explicit``: click parameter names) whose value
+    differs from the stored campaign's. Pure. ``given`` is built from the command line as a new campaign would be."""
+    problems = []
+    for param in explicit:
+        if param not in CLI_FIELDS:
+            continue  # --resume itself, --budget, --workers, --list
+        flag, fields = CLI_FIELDS[param]
+        for name in fields:
+            have, want = _comparable_option(name, getattr(stored, name)), _comparable_option(name, getattr(given, name))
+            if have != want:
+                problems.append(f"--resume: {flag} cannot change a stored campaign ({name} is {_shown(have)}, "
+                                f"given {_shown(want)}); only {' and '.join(RESUME_MAY_CHANGE)} can — start a new "
+                                "campaign with another --name instead")
+                break
+    return problems
+
+
+def _comparable_option(name: str, value: Any) -> Any:
+    if name in ("scenarios", "out", "cache") and value:
+        paths = [value] if isinstance(value, str) else list(value)
+        resolved = [str(Path(p).resolve()) for p in paths]
+        return resolved[0] if isinstance(value, str) else resolved
+    if name == "target":
+        return Target.from_json(value).label()
+    return value
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value) or "(none)"
+    return "(none)" if value is None else str(value)
+
+
 def parse_duration(text: str) -> float:
     """``90``, ``90s``, ``30m``, ``2h``, ``1h30m`` → seconds; raises ``CampaignError``."""
     import re
@@ -305,13 +417,15 @@ def _points(entry: Entry, transactions: Sequence[Mapping]) -> ScenarioPoints:
 
 class Reporter:
     """Where progress goes. Plain lines (not a TTY): one line per case that did not pass, and a progress line every
-    ~5% or 10 s."""
+    ~5% or 10 s — for the cases, and before them for each discovery phase (``what``: "baselines", "depth-2
+    recoveries"), which on a nightly can take minutes and must not look like a hang."""
 
     def __init__(self, write: Callable[[str], None] = print):
         self.write = write
         self.total: int | None = None
         self.done = 0
         self.failures = 0
+        self.what = "cases"
         self.t0 = time.monotonic()
         self._last = 0.0
         self._step = 1
@@ -320,11 +434,22 @@ class Reporter:
     def message(self, text: str) -> None:
         self.write(text)
 
-    def start(self, total: int | None, done: int, failures: int) -> None:
-        self.total, self.done, self.failures = total, done, failures
-        self.t0 = time.monotonic()
+    def start(self, total: int | None, done: int, failures: int, what: str = "cases") -> None:
+        self.total, self.done, self.failures, self.what = total, done, failures, what
+        self.t0 = self._last = time.monotonic()
         self._base = done
         self._step = max(1, (total or 100) // 20)
+
+    def job(self) -> None:
+        """One discovery job (a baseline pair, a depth-2 recovery) finished."""
+        self.done += 1
+        self._tick()
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        if self.done % self._step == 0 or now - self._last > 10 or self.done == self.total:
+            self._last = now
+            self.write(self.line())
 
     def rate(self) -> float:
         elapsed = time.monotonic() - self.t0
@@ -342,15 +467,14 @@ class Reporter:
             self.failures += 1
         if record["status"] not in (PASS, NOT_REACHED):
             self.write(failure_line(record))
-        now = time.monotonic()
-        if self.done % self._step == 0 or now - self._last > 10 or self.done == self.total:
-            self._last = now
-            self.write(self.line())
+        self._tick()
 
     def line(self) -> str:
         total = "?" if self.total is None else str(self.total)
         eta = self.eta()
         eta_text = f", ETA {_hms(eta)}" if eta is not None else ""
+        if self.what != "cases":
+            return f"[{self.what} {self.done}/{total}] {self.rate():.2f}/s{eta_text}"
         return f"[{self.done}/{total}] failures {self.failures}, {self.rate():.2f} cases/s{eta_text}"
 
     def stop(self) -> None:
@@ -367,17 +491,22 @@ class RichReporter(Reporter):
         super().__init__(self.console.print)
         self.progress = None
 
-    def start(self, total: int | None, done: int, failures: int) -> None:
+    def start(self, total: int | None, done: int, failures: int, what: str = "cases") -> None:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-        super().start(total, done, failures)
-        self.progress = Progress(
-            TextColumn("[bold]campaign"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("failures [red]{task.fields[failures]}"), TextColumn("{task.fields[rate]} cases/s"),
-            TimeRemainingColumn(), console=self.console, transient=False,
-        )
-        self.task = self.progress.add_task("cases", total=total, completed=done, failures=failures, rate="0.00")
+        self.stop()  # the previous phase's bar (discovery before cases)
+        super().start(total, done, failures, what)
+        columns = [TextColumn(f"[bold]{'campaign' if what == 'cases' else what}"), BarColumn(), MofNCompleteColumn()]
+        if what == "cases":
+            columns += [TextColumn("failures [red]{task.fields[failures]}"), TextColumn("{task.fields[rate]} cases/s")]
+        self.progress = Progress(*columns, TimeRemainingColumn(), console=self.console, transient=False)
+        self.task = self.progress.add_task(what, total=total, completed=done, failures=failures, rate="0.00")
         self.progress.start()
+
+    def job(self) -> None:
+        self.done += 1
+        if self.progress is not None:
+            self.progress.update(self.task, completed=self.done)
 
     def case(self, record: Mapping[str, Any]) -> None:
         self.done += 1
@@ -390,6 +519,7 @@ class RichReporter(Reporter):
     def stop(self) -> None:
         if self.progress is not None:
             self.progress.stop()
+            self.progress = None
 
 
 def failure_line(record: Mapping[str, Any]) -> str:
@@ -433,6 +563,14 @@ def versions() -> dict[str, Any]:
     return out
 
 
+@dataclass
+class CampaignWorkerConfig(WorkerConfig):
+    """The workers' config of a campaign: ``deadline`` is when its ``--budget`` ends (wall clock, ``time.time()``:
+    the one clock the campaign process and its workers share); shrinking stops there with the best schedule so far."""
+
+    deadline: float | None = None
+
+
 class Campaign:
     """One campaign directory: discovery, case list, dispatch and the result. Use ``run_campaign``."""
 
@@ -454,24 +592,38 @@ class Campaign:
         self.t0 = time.monotonic()
         self.previous = 0.0  # time spent by earlier sessions of a resumed campaign
         self.interrupted = False
+        # Why this session stopped before its case list ended: budget, fail-fast, duration (a random campaign's
+        # --duration reached: complete), SIGINT or SIGTERM; None when the list ended.
+        self.stopped: str | None = None
+        self.discovery: dict[str, dict[str, int]] = {}  # per phase: {"planned", "done"} jobs (cached ones count done)
+        self.replayed: list[str] = []  # case ids run first because they failed or were flaky in earlier runs
+        # --budget bounds one session (a resumed campaign gets its budget again, or the new one it was given).
+        self._deadline = self.t0 + options.budget if options.budget is not None else None
 
     # ---- set-up ----------------------------------------------------------------------------------------------
 
     def worker_config(self) -> WorkerConfig:
         o = self.options
         keys = {e.name: self._cache_stem(e) for e in self.entries}
-        return WorkerConfig(
+        wall = time.time() + (self._deadline - time.monotonic()) if self._deadline is not None else None
+        return CampaignWorkerConfig(
             scenarios={e.name: str(e.path) for e in self.entries}, target=self.target, cache=str(self.cache),
             cache_keys=keys, work=str(self.dir / "cases"),
             limits={"case_seconds": o.case_seconds, "silence_seconds": o.silence_seconds},
-            shrink=o.shrink, shrink_calls=o.shrink_calls, keep=o.keep, corpus=o.corpus,
+            shrink=o.shrink, shrink_calls=o.shrink_calls, keep=o.keep, corpus=o.corpus, deadline=wall,
         )
 
     def _cache_stem(self, entry: Entry) -> str:
         return self.baselines.stem(entry.name, entry.digest)
 
+    def _out_of_time(self) -> bool:
+        return self._deadline is not None and time.monotonic() >= self._deadline
+
     def discover(self, pool: WorkerPool) -> None:
-        """Kill points of every scenario (cached), then (depth 2) each first kill's recovery (cached)."""
+        """Kill points of every scenario (cached), then (depth 2) each first kill's recovery (cached).
+
+        Raises ``_OutOfTime`` when the budget ends first: the scenarios not discovered yet have no cases in the plan,
+        and the result says how many (``discovery``)."""
         todo = {}
         for e in self.entries:
             cached = self.baselines.load(self._cache_stem(e))
@@ -479,21 +631,28 @@ class Campaign:
                 self._adopt(e, cached)
             else:
                 todo[pool.submit("baseline", e.name)[0]] = e
+        phase = self.discovery["baselines"] = {"planned": len(self.entries), "done": len(self.entries) - len(todo)}
         if todo:
             self.reporter.message(f"baseline: running {len(todo)} scenario(s) twice (crash-free, must agree)")
-        for job, status, payload in self._drain(pool, len(todo)):
-            e = todo[job[0]]
-            if status != "ok":
-                e.baseline = {"ok": False, "problems": [f"baseline job failed: {payload}"]}
-                continue
-            if not payload.get("ok"):
-                self._adopt(e, payload)  # never cached: a fixed scenario or agent must not inherit the failure
-                continue
-            self._adopt(e, self.baselines.publish(self._cache_stem(e), payload))
-        for e in self.entries:
-            if not e.ok:
-                for problem in e.baseline.get("problems", []):
-                    self.reporter.message(f"BASELINE {e.name}: {problem} (its cases are not run)")
+            self.reporter.start(len(todo), 0, 0, what="baselines")
+        try:
+            for job, status, payload in self._drain(pool, len(todo)):
+                e = todo[job[0]]
+                phase["done"] += 1
+                self.reporter.job()
+                if status != "ok":
+                    e.baseline = {"ok": False, "problems": [f"baseline job failed: {payload}"]}
+                    continue
+                if not payload.get("ok"):
+                    self._adopt(e, payload)  # never cached: a fixed scenario or agent must not inherit the failure
+                    continue
+                self._adopt(e, self.baselines.publish(self._cache_stem(e), payload))
+        finally:
+            self.reporter.stop()
+            for e in self.entries:
+                if e.baseline and not e.ok:
+                    for problem in e.baseline.get("problems", []) + e.baseline.get("why", []):
+                        self.reporter.message(f"BASELINE {e.name}: {problem} (its cases are not run)")
         if self.options.mode == "exhaustive" and self.options.depth == 2:
             self._discover_recoveries(pool)
 
@@ -502,40 +661,72 @@ class Campaign:
         e.baseline["transactions"] = len(value.get("transactions", []))
         if value.get("ok"):
             e.points = _points(e, value["transactions"])
+        else:
+            from chaos.transcript import baseline_why
+
+            # Why the crash-free run failed, in the agent's own words: a tool's error result, its stderr tail.
+            e.baseline["why"] = baseline_why(value.get("case_dirs") or [])
 
     def _discover_recoveries(self, pool: WorkerPool) -> None:
         first_policy = Exhaustive(("kill",), pinned=False)
         jobs: dict[int, tuple[Entry, str]] = {}
         o = self.options
+        # First kills whose recovery an earlier session of this campaign discovered before its budget ran out.
+        partial: dict[str, dict[str, Any]] = _load_json(self.dir / PARTIAL_RECOVERIES) or {}
+        known: dict[str, dict[str, Any]] = {}
+        wanted: dict[str, list[str]] = {}
+        phase = self.discovery["recoveries"] = {"planned": 0, "done": 0}
         for e in self.entries:
             if not e.ok or o.pinned_only or (o.regressions_pinned and REGRESSION_TAG in e.points.tags):
                 continue  # its schedules are pinned: no second level to discover
+            firsts = [case.schedule[0] for case in first_policy.cases([e.points])]
+            phase["planned"] += len(firsts)
             cached = self.baselines.load(self.baselines.recoveries_stem(e.name, e.digest))
             if cached is not None:
                 self.recoveries[e.name] = cached
+                phase["done"] += len(firsts)
                 continue
-            self.recoveries[e.name] = {}
-            for case in first_policy.cases([e.points]):
-                jobs[pool.submit("recovery", e.name, case.schedule[0])[0]] = (e, case.schedule[0])
+            wanted[e.name] = firsts
+            known[e.name] = dict(partial.get(e.name) or {})
+            for first in firsts:
+                if first in known[e.name]:
+                    phase["done"] += 1
+                else:
+                    jobs[pool.submit("recovery", e.name, first)[0]] = (e, first)
         if jobs:
             self.reporter.message(f"depth 2: discovering the recovery after {len(jobs)} first kill(s)")
-        found: dict[str, dict[str, Any]] = {}
-        for job, status, payload in self._drain(pool, len(jobs)):
-            e, first = jobs[job[0]]
-            if status == "ok" and payload.get("reached"):
-                found.setdefault(e.name, {})[first] = payload["recovery"]
-        for e in self.entries:
-            if e.name in found:
-                stem = self.baselines.recoveries_stem(e.name, e.digest)
-                self.recoveries[e.name] = self.baselines.publish(stem, found[e.name])
-        for e in self.entries:
-            if e.ok and e.name in self.recoveries:
-                rec = {k: Recovery.from_json(v) for k, v in self.recoveries[e.name].items()}
-                e.points = dataclasses.replace(e.points, recoveries=rec)
+            self.reporter.start(len(jobs), 0, 0, what="depth-2 recoveries")
+        try:
+            for job, status, payload in self._drain(pool, len(jobs)):
+                e, first = jobs[job[0]]
+                phase["done"] += 1
+                self.reporter.job()
+                # None: the first kill was not reached (or the job failed): it has no second level.
+                known[e.name][first] = payload["recovery"] if status == "ok" and payload.get("reached") else None
+                if len(known[e.name]) == len(wanted[e.name]):
+                    stem = self.baselines.recoveries_stem(e.name, e.digest)
+                    found = {k: v for k, v in known[e.name].items() if v is not None}
+                    self.recoveries[e.name] = self.baselines.publish(stem, found)
+        finally:
+            self.reporter.stop()
+            unfinished = {name: got for name, got in known.items() if len(got) < len(wanted[name])}
+            if unfinished:
+                write_json(self.dir / PARTIAL_RECOVERIES, unfinished)
+            else:
+                (self.dir / PARTIAL_RECOVERIES).unlink(missing_ok=True)
+            for name, got in unfinished.items():  # what is known already is planned; the rest after a resume
+                self.recoveries[name] = {k: v for k, v in got.items() if v is not None}
+            for e in self.entries:
+                if e.ok and e.name in self.recoveries:
+                    rec = {k: Recovery.from_json(v) for k, v in self.recoveries[e.name].items()}
+                    e.points = dataclasses.replace(e.points, recoveries=rec)
 
     def _drain(self, pool: WorkerPool, count: int) -> Iterator[tuple[tuple, str, Any]]:
         got = 0
         while got < count:
+            if self._out_of_time():
+                pool.cancel_queued()
+                raise _OutOfTime()
             item = pool.next_result(timeout=1.0)
             if item is not None:
                 got += 1
@@ -567,6 +758,35 @@ class Campaign:
             k, n = parse_shard(o.shard)
             stream = shard(stream, k, n)
         return iter(stream)
+
+    def series(self) -> dict[str, Any]:
+        """Which earlier campaigns this one is compared with (``chaos.report.history``): same target, same scenarios."""
+        from chaos.report.history import series_of
+
+        return series_of(self.options.target, [e.name for e in self.entries])
+
+    def ordered_cases(self, done: Container[str] = ()) -> Iterator[CaseSpec]:
+        """``cases()`` with the cases that failed or were flaky in earlier runs of this series first (most recent
+        first), unless ``--no-replay``: a regression shows in the first seconds (Hypothesis's example database).
+        Only cases of the current plan are moved, none is added; an endless random list keeps its order."""
+        o = self.options
+        cases = self.cases()
+        if not o.replay or (o.mode == "random" and o.cases is None):
+            return cases
+        from chaos.report.history import replay_ids
+
+        wanted = [i for i in replay_ids(self.dir.parent, self.series(), exclude=self.dir.name) if i not in done]
+        if not wanted:
+            return cases
+        listed = list(cases)
+        by_id = {c.id: c for c in listed}
+        first = [by_id[i] for i in wanted if i in by_id]
+        if first:
+            self.replayed = [c.id for c in first]
+            self.reporter.message(f"replay: {len(first)} case(s) that failed or were flaky in earlier runs go first "
+                                  "(--no-replay: plan order)")
+        chosen = set(self.replayed)
+        return iter(first + [c for c in listed if c.id not in chosen])
 
     def plan(self) -> dict[str, Any]:
         """Planned coverage totals (``fact@phase`` → kill points planned) and the case count (None: endless)."""
@@ -614,25 +834,55 @@ class Campaign:
             # Listing needs the kill points (cached, or baselines to run) but leaves no campaign directory behind.
             with tempfile.TemporaryDirectory(prefix="killpoint-list-") as tmp:
                 self.dir = Path(tmp)
+                self._deadline = None  # listing is not a run: it lists every case
                 with WorkerPool(self.worker_config(), o.workers or os.cpu_count() or 1) as pool:
                     self.discover(pool)
                 return [c.id for c in self.cases()]
         self._write_params()
-        pool = WorkerPool(self.worker_config(), o.workers or os.cpu_count() or 1)
-        try:
-            self.discover(pool)
-            plan = self.plan()
-            self._write_params(plan)
-            with Journal(self.dir / JOURNAL) as journal:
-                self._dispatch(pool, journal, plan)
-        except KeyboardInterrupt:
-            self.interrupted = True
-        finally:
-            pool.close()
-        result = build_result(read_campaign(self.dir), read_journal(self.dir / JOURNAL), duration=self._elapsed(),
-                              interrupted=self.interrupted)
-        write_json(self.dir / RESULT, result.to_json())
+        plan: dict[str, Any] | None = None
+        with _sigterm_as_interrupt() as guard:
+            pool = WorkerPool(self.worker_config(), o.workers or os.cpu_count() or 1)
+            try:
+                try:
+                    self.discover(pool)
+                except _OutOfTime:
+                    self.stopped = "budget"
+                    self.reporter.message(f"time budget of {_hms(o.budget or 0)} used up during discovery: no more "
+                                          "cases are started")
+                plan = self.plan()
+                self._write_params(plan)
+                with Journal(self.dir / JOURNAL) as journal:
+                    if self.stopped is None:
+                        self._dispatch(pool, journal, plan)
+            except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Terminated)
+                self.interrupted = True
+                self.stopped = "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
+                if plan is None:  # stopped during discovery: record what is planned so far
+                    self._write_params(self.plan())
+            finally:
+                guard.armed = False
+                self.reporter.stop()
+                pool.close()
+            params = read_campaign(self.dir)
+            params.update(elapsed=self._elapsed(), stopped=self.stopped, discovery=self.discovery,
+                          replayed=self.replayed)
+            write_campaign(self.dir, params)
+            result = build_result(params, read_journal(self.dir / JOURNAL), duration=self._elapsed(),
+                                  interrupted=self.interrupted)
+            write_json(self.dir / RESULT, result.to_json())
+            if o.history:
+                self._update_history(result)
         return result
+
+    def _update_history(self, result: CampaignResult) -> None:
+        """``<out>/history.json`` and ``<out>/index.html``; a history that cannot be written is one line, never the
+        campaign's failure."""
+        from chaos.report.history import update_history
+
+        try:
+            update_history(self.dir.parent, self.dir, result, series=self.series())
+        except (ChaosError, OSError, ValueError) as exc:  # ValueError: an unreadable history.json, named
+            self.reporter.message(f"history: not updated: {exc}")
 
     def _elapsed(self) -> float:
         return round(time.monotonic() - self.t0 + self.previous, 3)
@@ -645,12 +895,16 @@ class Campaign:
                       "name": self.options.name, "sessions": []}
         if plan is None:
             params["sessions"] = [*params.get("sessions", []), {
-                "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "command": self.command}]
+                "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "command": self.command,
+                "budget": self.options.budget}]
             self.previous = float(params.get("elapsed", 0.0))
         else:
             params["plan"] = dict(plan)
+            # Scenarios whose baseline never ran (the budget ended first) have no entry: nothing failed there.
             params["baselines"] = {e.name: {**e.baseline, "file": str(e.path), "digest": e.digest}
-                                   for e in self.entries}
+                                   for e in self.entries if e.baseline}
+            params["discovery"] = self.discovery
+            params["scenario_names"] = [e.name for e in self.entries]  # the series of chaos.report.history
         write_campaign(self.dir, params)
 
     def _dispatch(self, pool: WorkerPool, journal: Journal, plan: Mapping[str, Any]) -> None:
@@ -658,12 +912,6 @@ class Campaign:
         done = len(journal)
         failures = sum(1 for r in journal if r["status"] == FAIL)
         total = plan.get("cases")
-        # --duration defines a random campaign (its total across resumed sessions); --budget bounds one session,
-        # so a resumed nightly campaign gets its budget again.
-        if o.mode == "random" and o.duration is not None:
-            limit, spent = o.duration, self._elapsed
-        else:
-            limit, spent = o.budget, (lambda: time.monotonic() - self.t0)
         if total is not None:
             # Printed before the first case (the nightly depth-2 list can be long): a case with a kill costs about
             # one and a half crash-free runs (the restart and the two convergence probes on top).
@@ -671,8 +919,8 @@ class Campaign:
             workers = o.workers or os.cpu_count() or 1
             eta = (total - done) * mean * 1.5 / workers
             self.reporter.message(f"{total} cases ({done} already done), ETA ~{_hms(eta)} on {workers} worker(s)")
+        cases = self.ordered_cases(journal)
         self.reporter.start(total, done, failures)
-        cases = self.cases()
         exhausted = halted = False
         window = 2 * (o.workers or os.cpu_count() or 1)
         try:
@@ -693,18 +941,24 @@ class Campaign:
                     journal.append(record)
                     self.reporter.case(record)
                     if o.fail_fast and record["status"] == FAIL and not halted:
-                        halted = True
+                        halted, self.stopped = True, "fail-fast"
                         pool.cancel_queued()
                         self.reporter.message("--fail-fast: a failure reproduced; finishing the cases in flight")
-                if limit is not None and not (halted or exhausted) and spent() > limit:
-                    halted = True
+                if halted or exhausted:
+                    continue
+                # --duration defines a random campaign (its total across resumed sessions: reaching it completes
+                # the campaign); --budget bounds one session (discovery, cases and shrinking).
+                if o.mode == "random" and o.duration is not None and self._elapsed() > o.duration:
+                    halted, self.stopped = True, "duration"
                     pool.cancel_queued()
-                    self.reporter.message(f"time budget of {_hms(limit)} used up: no more cases are started")
+                    self.reporter.message(f"duration of {_hms(o.duration)} reached: no more cases are started")
+                elif self._out_of_time():
+                    halted, self.stopped = True, "budget"
+                    pool.cancel_queued()
+                    self.reporter.message(f"time budget of {_hms(o.budget or 0)} used up: no more cases are started "
+                                          "(the cases in flight finish, their shrinking stops at the budget)")
         finally:
             self.reporter.stop()
-            params = read_campaign(self.dir)
-            params["elapsed"] = self._elapsed()
-            write_campaign(self.dir, params)
 
 
 def _chain(streams: Iterable[Iterable[CaseSpec]]) -> Iterator[CaseSpec]:
@@ -744,28 +998,36 @@ def _error_record(job: tuple, status: str, payload: Any) -> dict[str, Any]:
             "keys": [], "minimal": None, "case_dir": None, "run": None, "tags": []}
 
 
+def stored_options(directory: str | Path) -> CampaignOptions:
+    """The options a campaign directory was started with (``--resume``); ``CampaignError`` when it is not one."""
+    try:
+        params = read_campaign(directory)
+    except JournalError as exc:
+        raise CampaignError(str(exc)) from None
+    return resumed_options(params, Path(directory))  # checked: a hand-edited file gives lines, not a traceback
+
+
 def default_name() -> str:
     return "campaign-" + _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
 
 
 def run_campaign(options: CampaignOptions, *, reporter: Reporter | None = None, command: Sequence[str] = (),
-                 resume: str | Path | None = None, list_only: bool = False,
-                 workers: int | None = None) -> CampaignResult | list[str]:
+                 resume: str | Path | None = None, list_only: bool = False, workers: int | None = None,
+                 budget: float | None = None) -> CampaignResult | list[str]:
     """Run (or, with ``resume``, continue) a campaign; ``list_only`` returns the case ids without running them.
 
     Callers in a script must guard it with ``if __name__ == "__main__":``: workers come from a multiprocessing
-    forkserver, which imports the main module. ``workers`` overrides the stored count on resume (another machine).
+    forkserver, which imports the main module. On resume ``workers`` overrides the stored count (another machine)
+    and ``budget`` the stored per-session budget (seconds); every other option is the stored campaign's.
     """
     reporter = reporter or Reporter()
     if resume is not None:
         directory = Path(resume)
-        try:
-            params = read_campaign(directory)
-        except JournalError as exc:
-            raise CampaignError(str(exc)) from None
-        options = resumed_options(params, directory)
+        options = stored_options(directory)
         if workers:
             options.workers = workers
+        if budget is not None:
+            options.budget = budget
         return _locked_run(Campaign(options, directory, reporter, command=command, resume=True))
     options.check()
     if list_only and options.mode == "random" and options.cases is None:
@@ -863,6 +1125,9 @@ class CampaignResult:
     """The machine-readable result of a campaign (``result.json``); ``chaos.report`` renders it.
 
     ``records`` (the journal's case records, in journal order) is not part of ``to_json()``: the journal is.
+    ``complete``: every planned case ran and discovery finished (a random ``--duration`` campaign: its duration was
+    reached), and nothing interrupted it; ``stopped`` says why a session stopped early; ``discovery`` counts the
+    discovery jobs planned and done per phase (a scenario not discovered has no cases in ``cases["planned"]``).
     """
 
     name: str
@@ -888,7 +1153,36 @@ class CampaignResult:
     baselines: dict[str, Any]
     versions: dict[str, Any]
     shards: list[str] = field(default_factory=list)
+    stopped: str | None = None
+    discovery: dict[str, dict[str, int]] = field(default_factory=dict)
+    replayed: list[str] = field(default_factory=list)
     records: list[dict[str, Any]] = field(default_factory=list, repr=False)
+
+    @property
+    def undiscovered(self) -> dict[str, int]:
+        """Discovery jobs not done per phase (``baselines``, ``recoveries``): their cases are not even planned."""
+        return {k: int(v.get("planned", 0)) - int(v.get("done", 0)) for k, v in self.discovery.items()
+                if int(v.get("planned", 0)) > int(v.get("done", 0))}
+
+    def not_run_text(self) -> str:
+        """How much did not run, in one line (empty for a complete campaign)."""
+        if self.complete:
+            return ""
+        c = self.cases
+        parts = [f"{c.get('not_run', 0)} of {c.get('planned', 0)} planned case(s) did not run"]
+        if self.mode == "random" and c.get("not_run", 0) == 0 and self.stopped != "duration":
+            parts = [f"{c.get('done', 0)} case(s) ran before the duration was reached"
+                     if self.stopped is None else f"{c.get('done', 0)} case(s) ran"]
+        undiscovered = self.undiscovered
+        if undiscovered.get("baselines"):
+            parts.append(f"{undiscovered['baselines']} scenario baseline(s) were not run, so their cases are not "
+                         "counted")
+        if undiscovered.get("recoveries"):
+            parts.append(f"{undiscovered['recoveries']} of {self.discovery['recoveries']['planned']} depth-2 "
+                         "recoveries were not discovered, so their cases are not counted")
+        why = {"budget": "the time budget was used up", "fail-fast": "--fail-fast stopped it",
+               "SIGINT": "interrupted (SIGINT)", "SIGTERM": "terminated (SIGTERM)"}.get(self.stopped or "")
+        return "; ".join(parts) + (f" — {why}" if why else "")
 
     @property
     def ok(self) -> bool:
@@ -904,7 +1198,8 @@ class CampaignResult:
 
 def build_result(params: Mapping[str, Any], records: Mapping[str, Mapping[str, Any]] | Sequence[Mapping[str, Any]],
                  *, duration: float, interrupted: bool = False, shards: Sequence[str] = ()) -> CampaignResult:
-    """The result of a campaign from its parameters (``campaign.json``) and its journal records. Pure."""
+    """The result of a campaign from its parameters (``campaign.json``: also ``stopped`` and ``discovery``, written
+    at the end of each session) and its journal records. Pure."""
     recs = list(records.values()) if isinstance(records, Mapping) else list(records)
     options = CampaignOptions.from_json(params.get("options", {}))
     plan = params.get("plan", {})
@@ -925,6 +1220,13 @@ def build_result(params: Mapping[str, Any], records: Mapping[str, Mapping[str, A
               "rerun": r.get("rerun")} for r in recs if r["status"] == FLAKY]
     errors = [{"id": r["id"], "detail": r.get("detail", "")} for r in recs if r["status"] == ERROR]
     duration = max(duration, 1e-9)
+    stopped = params.get("stopped")
+    discovery = {k: dict(v) for k, v in (params.get("discovery") or {}).items()}
+    discovered = all(int(v.get("done", 0)) >= int(v.get("planned", 0)) for v in discovery.values())
+    if options.mode == "random" and options.duration is not None:
+        complete = not interrupted and stopped == "duration"  # an endless list: done when its duration is
+    else:
+        complete = not interrupted and planned is not None and cases["not_run"] == 0 and discovered
     return CampaignResult(
         name=str(params.get("name") or options.name),
         mode=options.mode,
@@ -935,7 +1237,7 @@ def build_result(params: Mapping[str, Any], records: Mapping[str, Mapping[str, A
         target=dict(options.target),
         started=str(params.get("started", "")),
         duration=round(duration, 3),
-        complete=not interrupted and cases["not_run"] == 0 and planned is not None,
+        complete=complete,
         interrupted=interrupted,
         cases=cases,
         kills=sum(int(r.get("kills", 0)) for r in recs),
@@ -949,8 +1251,29 @@ def build_result(params: Mapping[str, Any], records: Mapping[str, Mapping[str, A
         baselines=dict(params.get("baselines", {})),
         versions=dict(params.get("versions", {})),
         shards=list(shards),
+        stopped=stopped,
+        discovery=discovery,
+        replayed=list(params.get("replayed") or []),
         records=recs,
     )
+
+
+def exit_code(result: CampaignResult) -> int:
+    """``chaos campaign``'s exit status: 143 after SIGTERM, 130 after SIGINT, 1 when a failure reproduced (or a
+    baseline failed, or the harness could not run a case) — failures take precedence over incompleteness —, 4
+    (``EXIT_INCOMPLETE``) when every case that ran held but not every planned case ran, 0 otherwise."""
+    if result.stopped == "SIGTERM":
+        return EXIT_SIGTERM
+    if result.interrupted:
+        return EXIT_SIGINT
+    if not result.ok:
+        return EXIT_FAILED
+    return EXIT_OK if result.complete else EXIT_INCOMPLETE
+
+
+def resume_command(directory: str | Path) -> str:
+    """The exact command that continues the campaign in ``directory`` (``--budget D`` may be added)."""
+    return shlex.join(["chaos", "campaign", "--resume", str(directory)])
 
 
 def coverage(plan: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -1014,9 +1337,15 @@ def coverage_lines(cov: Mapping[str, Any]) -> list[str]:
 
 
 def summary_lines(result: CampaignResult, directory: Path | None = None) -> list[str]:
-    """The end-of-campaign summary printed by the CLI."""
+    """The end-of-campaign summary printed by the CLI: first, for an incomplete campaign, how much did not run and
+    the command that continues it."""
     c = result.cases
-    lines = [
+    lines = []
+    if not result.complete:
+        lines.append(f"INCOMPLETE: {result.not_run_text()}")
+        if directory is not None:
+            lines.append(f"  continue with: {resume_command(directory)}  (add --budget D to give it more time)")
+    lines += [
         f"campaign {result.name}: {c['done']}/{c['planned']} cases in {_hms(result.duration)} "
         f"({result.cases_per_second:.2f} cases/s), {result.kills} kills, {result.restarts} restarts",
         f"  pass {c[PASS]}, fail {c[FAIL]}, flaky {c[FLAKY]}, not reached {c[NOT_REACHED]}, error {c[ERROR]}"
@@ -1025,6 +1354,7 @@ def summary_lines(result: CampaignResult, directory: Path | None = None) -> list
     for name, b in result.baselines.items():
         if not b.get("ok"):
             lines.append(f"  BASELINE {name}: " + "; ".join(b.get("problems") or ["failed"]))
+            lines += [f"    {why}" for why in b.get("why") or []]
     for g in result.failures:
         what = (f"{g['divergence']} ({g['invariant']})" if g.get("divergence")
                 else f"{g['invariant']} ({g['action']} at {g['fact']})")
@@ -1039,12 +1369,49 @@ def summary_lines(result: CampaignResult, directory: Path | None = None) -> list
     return lines
 
 
-def merge_journals(dirs: Sequence[str | Path]) -> CampaignResult:
+def merge_problems(dirs: Sequence[str | Path], params_list: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Why these campaign directories are not shards of one campaign (one line each; empty: they are). Pure.
+
+    Refused: a directory given twice or a copy of another (same name, start time and shard), and campaigns of
+    different scenario sets (names and file digests of their baselines) or different targets (``Target.label``):
+    their union would be a report about no campaign that ran."""
+    problems = []
+    seen: dict[Any, str] = {}
+    for d, params in zip(dirs, params_list):
+        options = params.get("options") or {}
+        for key in (("dir", str(Path(d).resolve())),
+                    ("campaign", params.get("name"), params.get("started"), options.get("shard"))):
+            if key in seen:
+                problems.append(f"report merge: {d} is the same campaign as {seen[key]} (a campaign cannot be merged "
+                                "with itself)")
+                break
+            seen[key] = str(d)
+    first_dir, first = dirs[0], params_list[0]
+
+    def scenarios(p: Mapping[str, Any]) -> dict[str, Any]:
+        return {name: b.get("digest") for name, b in (p.get("baselines") or {}).items()}
+
+    def target(p: Mapping[str, Any]) -> str:
+        return Target.from_json((p.get("options") or {}).get("target")).label()
+
+    for d, params in zip(dirs[1:], params_list[1:]):
+        if scenarios(params) != scenarios(first):
+            mine, theirs = set(scenarios(params)), set(scenarios(first))
+            what = (f"{', '.join(sorted(mine ^ theirs))} not in both" if mine != theirs
+                    else "the same scenario names with different file contents")
+            problems.append(f"report merge: {d} ran another scenario set than {first_dir} ({what})")
+        if target(params) != target(first):
+            problems.append(f"report merge: {d} ran target {target(params)!r}, {first_dir} ran {target(first)!r}")
+    return problems
+
+
+def merge_journals(dirs: Sequence[str | Path], *, force: bool = False) -> CampaignResult:
     """One result from several campaign directories (the shards of one campaign, e.g. one per CI job).
 
     Case records are joined by id (a case found in two journals counts once); planned totals add up for
     partitioned shards and are taken once for random mode (every shard samples the same space); the duration is
-    the longest shard's (shards run side by side).
+    the longest shard's (shards run side by side). Directories that are not shards of one campaign
+    (``merge_problems``) are refused unless ``force``; the result is complete only when every shard is.
     """
     if not dirs:
         raise CampaignError("report merge: give at least one campaign directory")
@@ -1052,13 +1419,19 @@ def merge_journals(dirs: Sequence[str | Path]) -> CampaignResult:
     params_list = []
     durations = []
     for d in dirs:
+        try:
+            params_list.append(read_campaign(Path(d)))
+        except JournalError as exc:
+            raise CampaignError(str(exc)) from None
+    problems = merge_problems(dirs, params_list)
+    if problems and not force:
+        raise CampaignError(problems + ["report merge: add --force to merge them anyway"])
+    for d, params in zip(dirs, params_list):
         d = Path(d)
         try:
-            params = read_campaign(d)
             journal = read_journal(d / JOURNAL)
         except JournalError as exc:
             raise CampaignError(str(exc)) from None
-        params_list.append(params)
         for cid, rec in journal.items():
             records.setdefault(cid, rec)
         previous = _load_json(d / RESULT)
@@ -1078,6 +1451,17 @@ def merge_journals(dirs: Sequence[str | Path]) -> CampaignResult:
     for p in params_list:
         baselines.update(p.get("baselines", {}))
     first["plan"], first["baselines"] = merged_plan, baselines
+    discovery: dict[str, dict[str, int]] = {}
+    for p in params_list:  # every shard discovers the whole set: any shard's gap is a gap of the merge
+        for phase, counts in (p.get("discovery") or {}).items():
+            total = discovery.setdefault(phase, {"planned": 0, "done": 0})
+            total["planned"] += int(counts.get("planned", 0))
+            total["done"] += int(counts.get("done", 0))
+    first["discovery"] = discovery
+    stops = [p.get("stopped") for p in params_list]
+    # The merge stopped early if a shard did (the first such reason); it reached its duration if every shard did.
+    first["stopped"] = next((s for s in stops if s not in (None, "duration")),
+                            stops[0] if len(set(stops)) == 1 else None)
     options = dict(first.get("options", {}))
     options["shard"] = None
     first["options"] = options
@@ -1085,9 +1469,9 @@ def merge_journals(dirs: Sequence[str | Path]) -> CampaignResult:
                         shards=[str(Path(d)) for d in dirs])
 
 
-def write_merged(dirs: Sequence[str | Path], out: str | Path) -> CampaignResult:
+def write_merged(dirs: Sequence[str | Path], out: str | Path, *, force: bool = False) -> CampaignResult:
     """``chaos report merge``'s data side: the merged journal, ``campaign.json`` and ``result.json`` in ``out``."""
-    result = merge_journals(dirs)
+    result = merge_journals(dirs, force=force)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     if (out / JOURNAL).exists():
@@ -1100,6 +1484,7 @@ def write_merged(dirs: Sequence[str | Path], out: str | Path) -> CampaignResult:
     params["options"] = {**params.get("options", {}), "shard": None}
     params["merged_from"] = [str(Path(d).resolve()) for d in dirs]
     params["elapsed"] = result.duration
+    params["discovery"], params["stopped"] = result.discovery, result.stopped
     write_campaign(out, params)
     with Journal(out / JOURNAL) as journal:
         for record in result.records:

@@ -53,7 +53,8 @@ class _Main(click.Group):
             sys.exit(EXIT_INTERNAL)
 
 
-@click.group(cls=_Main)
+@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="killpoint", prog_name="chaos")
 def main() -> None:
     """killpoint's crash-injection chaos harness."""
 
@@ -332,21 +333,59 @@ def report_render(directory: str) -> None:
 @report_group.command("merge")
 @click.argument("directories", nargs=-1, required=True, type=click.Path(path_type=str))
 @click.option("--out", required=True, type=click.Path(path_type=str), help="the merged campaign directory (new)")
-def report_merge(directories: tuple[str, ...], out: str) -> None:
-    """Join shard directories (e.g. one per CI job) into one journal and report in OUT."""
-    from chaos.campaign import CampaignError
+@click.option("--force", is_flag=True,
+              help="merge even a directory given twice, or campaigns of other scenario sets or targets")
+def report_merge(directories: tuple[str, ...], out: str, force: bool) -> None:
+    """Join shard directories (e.g. one per CI job) into one journal and report in OUT.
+
+    Exit 0 when the merged campaign is complete and held, 1 when it has a failure (a sharded CI's final job must be
+    red), 2 on usage errors (not shards of one campaign, without --force), 4 when a shard is incomplete."""
+    from chaos.campaign import CampaignError, exit_code
     from chaos.errors import ChaosError
     from chaos.report.render import merge_campaigns
 
     try:
-        result, paths, notes = merge_campaigns(list(directories), out)
+        result, paths, notes = merge_campaigns(list(directories), out, force=force)
     except CampaignError as exc:
         _fail_usage(exc.messages)
     except ChaosError as exc:
         _fail_usage([str(exc)])
     c = result.cases
     click.echo(f"merged {len(directories)} shard(s): {c['done']} case(s), {c['fail']} failed, {c['flaky']} flaky")
+    if not result.complete:
+        click.echo(f"INCOMPLETE: {result.not_run_text()}")
     _print_rendered(paths, notes)
+    raise SystemExit(exit_code(result))
+
+
+@report_group.command("history")
+@click.argument("out_dir", type=click.Path(path_type=str))
+def report_history(out_dir: str) -> None:
+    """Rebuild OUT_DIR/history.json and OUT_DIR/index.html from the campaign directories in OUT_DIR (--out) and
+    print, per target and scenario set, the latest runs and what changed: new, still failing, fixed, flaky."""
+    from chaos.report.history import INDEX, rebuild, text_lines
+
+    try:
+        history = rebuild(out_dir)
+    except (ValueError, OSError) as exc:
+        _fail_usage([f"chaos report history: {exc}"])
+    for line in text_lines(history):
+        click.echo(line)
+    click.echo(f"history: {out_dir}/history.json, {out_dir}/{INDEX}")
+
+
+@main.command("show")
+@click.argument("log", type=click.Path(path_type=str))
+def show_command(log: str) -> None:
+    """Print a session log (JSONL) as a readable transcript: turns, tool calls, results, records, where it was cut."""
+    from chaos.transcript import show_file
+
+    try:
+        lines = show_file(log)
+    except OSError as exc:
+        _fail_usage([f"chaos show: {log}: {exc.strerror or exc}"])
+    for line in lines:
+        click.echo(line)
 
 
 def _campaign_usage(lines: list[str]) -> None:
@@ -391,14 +430,20 @@ def _campaign_usage(lines: list[str]) -> None:
 @click.option("--no-shrink", is_flag=True, help="report failures without shrinking their schedules")
 @click.option("--case-timeout", type=click.FloatRange(min=0.1), default=120.0, show_default=True,
               help="wall-clock limit per case, seconds")
+@click.option("--no-replay", is_flag=True,
+              help="plan order only: do not run first the cases that failed or were flaky in earlier runs under --out")
 def campaign_command(scenarios, mode, depth, faults, seed, case_count, duration, max_faults, budget, workers, shard,
                      fail_fast, pinned_only, target_file, agent_bugs, planner_cmd, planner_scope, launcher, agent_config,
                      tags,
-                     list_only, nightly, name, out, cache, resume_dir, keep, no_shrink, case_timeout) -> None:
+                     list_only, nightly, name, out, cache, resume_dir, keep, no_shrink, case_timeout,
+                     no_replay) -> None:
     """Run many cases in parallel: with no arguments, every bundled scenario at every kill point (exhaustive, depth 1).
 
-    Exit 0 when every case held (flaky cases are reported, not failed), 1 when a failure reproduced, a baseline
-    did not pass or the harness could not run a case, 2 on usage errors, 130 when interrupted.
+    Exit 0 when every planned case ran and held (flaky cases are reported, not failed), 1 when a failure
+    reproduced, a baseline did not pass or the harness could not run a case (even if incomplete), 2 on usage
+    errors, 4 when incomplete (every case that ran held, but not every planned case ran: --budget, --fail-fast),
+    130 on SIGINT, 143 on SIGTERM. --resume DIR continues a campaign with its stored options (a new --budget or
+    --workers may be given; any other changed option is refused).
     """
     import sys
     from pathlib import Path
@@ -407,29 +452,36 @@ def campaign_command(scenarios, mode, depth, faults, seed, case_count, duration,
 
     if target_file and agent_config:
         _campaign_usage(["--agent is an alias of --target: give one of them"])
+    context = click.get_current_context()
+    explicit = {p for p in context.params if context.get_parameter_source(p) in (
+        click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT)}
     target = None
-    if resume_dir is None:
+    if resume_dir is None or explicit & {"target_file", "agent_config", "agent_bugs", "planner_cmd", "planner_scope",
+                                         "launcher"}:
         target = _target_or_exit(target_file or agent_config, agent_bugs, planner_cmd, planner_scope, launcher)
     try:
-        if resume_dir is None:
-            families = list(cp.FAULT_FAMILIES) if faults.strip() == "all" else [
-                f.strip() for f in faults.split(",") if f.strip()]
-            options = cp.CampaignOptions(
-                scenarios=list(scenarios), tags=list(tags), mode=mode, depth=depth, faults=families, seed=seed,
-                cases=case_count, duration=cp.parse_duration(duration) if duration else None, max_faults=max_faults,
-                budget=cp.parse_duration(budget) if budget else None, workers=workers, shard=shard,
-                fail_fast=fail_fast, pinned_only=pinned_only, name=name, out=out, cache=cache, keep=keep, shrink=not no_shrink,
-                case_seconds=case_timeout,
-                target=target.to_json(),
-            )
-            if nightly:
-                cp.nightly(options)
-        else:
-            options = cp.CampaignOptions()
+        families = list(cp.FAULT_FAMILIES) if faults.strip() == "all" else [
+            f.strip() for f in faults.split(",") if f.strip()]
+        options = cp.CampaignOptions(
+            scenarios=list(scenarios), tags=list(tags), mode=mode, depth=depth, faults=families, seed=seed,
+            cases=case_count, duration=cp.parse_duration(duration) if duration else None, max_faults=max_faults,
+            budget=cp.parse_duration(budget) if budget else None, workers=workers, shard=shard,
+            fail_fast=fail_fast, pinned_only=pinned_only, name=name, out=out, cache=cache, keep=keep,
+            shrink=not no_shrink, case_seconds=case_timeout, replay=not no_replay,
+            **({"target": target.to_json()} if target is not None else {}),
+        )
+        if nightly:
+            cp.nightly(options)
+        if resume_dir is not None:
+            # The stored options rule on resume: a changed one is refused in one line, never silently ignored.
+            problems = cp.resume_conflicts(cp.stored_options(resume_dir), options, explicit)
+            if problems:
+                _campaign_usage(problems)
         reporter = cp.RichReporter() if sys.stderr.isatty() and not list_only else cp.Reporter(
             lambda line: click.echo(line, err=True))
         result = cp.run_campaign(options, reporter=reporter, command=["chaos", *sys.argv[1:]], resume=resume_dir,
-                                 list_only=list_only, workers=workers or None)
+                                 list_only=list_only, workers=workers or None,
+                                 budget=options.budget if resume_dir is not None else None)
     except cp.CampaignError as exc:
         _campaign_usage(exc.messages)
     if list_only:
@@ -440,9 +492,7 @@ def campaign_command(scenarios, mode, depth, faults, seed, case_count, duration,
     for line in cp.summary_lines(result, directory):
         click.echo(line)
     _render_campaign_report(result, directory)
-    if result.interrupted:
-        raise SystemExit(130)
-    raise SystemExit(0 if result.ok else 1)
+    raise SystemExit(cp.exit_code(result))
 
 
 @main.command("mutants")
