@@ -174,8 +174,13 @@ def parse_point(text: str, vocabulary: Sequence[str] = FACT_NAMES) -> KillPoint:
     if m:
         fact, phase, n = m.groups()
         if fact not in vocabulary:
+            import difflib
+
+            # A case slip (`toolstarted`) first, then a typo (`toolStartd`): say which fact was meant.
+            close = [v for v in vocabulary if v.lower() == fact.lower()] or difflib.get_close_matches(fact, vocabulary, 1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise FaultSyntaxError(
-                f"kill point {text!r}: unknown fact {fact!r} (expected one of {', '.join(vocabulary)})"
+                f"kill point {text!r}: unknown fact {fact!r}{hint} (expected one of {', '.join(vocabulary)})"
             )
         return KillPoint(_phase(text, phase), fact=fact, n=int(n))
     if text.startswith("tx:"):

@@ -78,6 +78,23 @@ from chaos.errors import ScenarioError
 # content (bash commands, argument shapes) is agent-specific anyway, and a closed list turns a typo (`reed`) into a
 # load error instead of a silent unknown-tool scenario.
 KNOWN_TOOLS: tuple[str, ...] = ("read", "write", "edit", "bash")
+# The bundled target's argument schemas (the `parameters` of its tool definitions, descriptions left out), as data
+# for the same reason: scripted calls are checked against them (`write{path, text}` is a mistake: the argument is
+# `content`). tests/unit/chaos/test_scenario.py checks they equal what `describe(Target())` reports; a front end
+# with another target passes that target's schemas (`tools=` of parse_scenario/load_scenario/load_scenarios).
+_STRING = {"type": "string"}
+_PATH = {"type": "string", "minLength": 1}
+BUNDLED_TOOL_SCHEMAS: dict[str, dict[str, Any]] = {
+    "read": {"type": "object", "additionalProperties": False, "required": ["path"], "properties": {
+        "path": _PATH, "offset": {"type": "integer", "minimum": 1}, "limit": {"type": "integer", "minimum": 1}}},
+    "write": {"type": "object", "additionalProperties": False, "required": ["path", "content"], "properties": {
+        "path": _PATH, "content": _STRING}},
+    "edit": {"type": "object", "additionalProperties": False, "required": ["path", "old_string", "new_string"],
+             "properties": {"path": _PATH, "old_string": {"type": "string", "minLength": 1}, "new_string": _STRING,
+                            "replace_all": {"type": "boolean"}}},
+    "bash": {"type": "object", "additionalProperties": False, "required": ["command"], "properties": {
+        "command": {"type": "string", "minLength": 1}, "timeout": {"type": "integer", "minimum": 1, "maximum": 600}}},
+}
 BLOCKED_REASONS = ("configuration_changed", "environment_changed", "replay_declaration_changed", "attempts_exhausted")
 FINISH_REASONS = ("stop", "tool_calls", "length", "content_filter")
 STOP_REASONS = ("stop", "length", "toolUse")
@@ -146,6 +163,12 @@ def condition_problem(text: str) -> str | None:
     if not sep:
         if body in _CONDITIONS_PLAIN:
             return None
+        fact = _fact_named(body)
+        if fact is not None:
+            # A condition describes the durable state at the kill; a fact name is how faults name a kill point.
+            condition = _FACT_CONDITIONS.get(fact)
+            return (f"unknown condition {body!r}: {fact!r} is a fact name (faults use it: {fact}@PHASE#N), not a "
+                    "condition" + (f" (did you mean {condition!r}?)" if condition else ""))
         return f"unknown condition {body!r}{_did_you_mean(body, _CONDITIONS_PLAIN)}"
     if name in ("run", "open-attempt"):
         if not re.fullmatch(r"[1-9][0-9]*", arg):
@@ -164,6 +187,20 @@ def condition_problem(text: str) -> str | None:
         return None if problem is None else f"condition {body!r}: {problem}"
     return (f"unknown condition {body!r} (conditions with an argument: run:N, open-attempt:N, settled:R, pending:TOOL, "
             "untouched:TOOL, interrupted:TOOL, ended:OUTCOME)")
+
+
+# The condition that holds while a fact is the latest word on its subject (what an author naming a fact means).
+_FACT_CONDITIONS = {"runStarted": "run", "compactionStarted": "compaction", "stepAttempt": "open-attempt",
+                    "stepFailed": "failed-step", "toolStarted": "pending", "abortRequested": "abort-requested",
+                    "operationFinished": "ended", "assistant": "settled", "compaction": "compaction",
+                    "synthetic": "interrupted"}
+
+
+def _fact_named(word: str) -> str | None:
+    """The fault grammar's fact name ``word`` spells, ignoring case (``toolstarted`` → ``toolStarted``), or None."""
+    from chaos.faults import FACT_NAMES
+
+    return next((f for f in FACT_NAMES if f.lower() == word.lower()), None)
 
 
 def _did_you_mean(word: str, choices) -> str:
@@ -653,19 +690,80 @@ def _path_problem(path: object) -> str | None:
     return None
 
 
-def _semantic_problems(data: dict) -> list[tuple[Loc, str]]:
+def _argument_problems(tool: str, arguments: dict, schema: Mapping[str, Any]) -> list[tuple[tuple, str]]:
+    """Scripted ``arguments`` (a table) checked against ``tool``'s JSON Schema ``parameters``: unknown names with
+    did-you-mean, missing required ones, wrong types and bounds. Each problem with the key path it is about,
+    relative to the call's ``arguments`` (empty for a missing argument)."""
+    properties = _as_dict(schema.get("properties"))
+    required = [name for name in _as_list(schema.get("required")) if isinstance(name, str)]
+    missing = [name for name in required if name not in arguments]
+    listing = f"(the arguments of {tool!r}: {', '.join(properties) or 'none'})"
+    problems: list[tuple[tuple, str]] = []
+    unknown = [name for name in arguments if name not in properties]
+    suggested: set[str] = set()
+    if schema.get("additionalProperties") is False:
+        for name in unknown:
+            close = difflib.get_close_matches(name, sorted(properties), n=1)
+            # `write{path, text}`: no spelling is close, but the one missing required argument is what was meant.
+            guess = close[0] if close else (missing[0] if len(missing) == 1 and len(unknown) == 1 else None)
+            if guess is not None:
+                suggested.add(guess)
+            problems.append(((name,), f"unknown argument {name!r} for tool {tool!r}"
+                             + (f" (did you mean {guess!r}?)" if guess else f" {listing}")))
+    for name in missing:
+        if name not in suggested:
+            problems.append(((), f"tool {tool!r} needs argument {name!r} {listing}"))
+    for name, value in arguments.items():
+        problem = _value_problem(value, _as_dict(properties.get(name)))
+        if problem:
+            problems.append(((name,), f"argument {name!r} of tool {tool!r} {problem}"))
+    return problems
+
+
+def _value_problem(value: object, schema: Mapping[str, Any]) -> str | None:
+    """Why ``value`` does not fit ``schema`` (the JSON Schema subset tool definitions use), or None."""
+    kind = schema.get("type")
+    if kind == "string":
+        if not isinstance(value, str):
+            return "must be a string"
+        if len(value) < schema.get("minLength", 0):
+            return "must not be empty"
+    elif kind == "integer":
+        if isinstance(value, bool) or not isinstance(value, int):
+            return "must be an integer"
+        if isinstance(schema.get("minimum"), int) and value < schema["minimum"]:
+            return f"must be >= {schema['minimum']}"
+        if isinstance(schema.get("maximum"), int) and value > schema["maximum"]:
+            return f"must be <= {schema['maximum']}"
+    elif kind == "number":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return "must be a number"
+    elif kind == "boolean":
+        if not isinstance(value, bool):
+            return "must be true or false"
+    elif kind == "array":
+        if not isinstance(value, list):
+            return "must be an array"
+    elif kind == "object":
+        if not isinstance(value, dict):
+            return "must be a table"
+    return None
+
+
+def _semantic_problems(data: dict, tools: Mapping[str, Mapping[str, Any]]) -> list[tuple[Loc, str]]:
     problems: list[tuple[Loc, str]] = []
+    known = tuple(tools)
     agent = _as_dict(data.get("agent"))
-    offered = agent.get("tools", list(KNOWN_TOOLS))
+    offered = agent.get("tools", list(known))
     offered = [t for t in _as_list(offered) if isinstance(t, str)]
     for section in ("agent", "restart"):
-        tools = _as_dict(data.get(section)).get("tools")
+        section_tools = _as_dict(data.get(section)).get("tools")
         seen: set[str] = set()
-        for i, tool in enumerate(_as_list(tools)):
-            if isinstance(tool, str) and tool not in KNOWN_TOOLS:
+        for i, tool in enumerate(_as_list(section_tools)):
+            if isinstance(tool, str) and tool not in known:
                 problems.append(((section, "tools", i),
-                                 f"unknown tool {tool!r}{_did_you_mean(tool, KNOWN_TOOLS)} (the agent's tools: "
-                                 f"{', '.join(KNOWN_TOOLS)})"))
+                                 f"unknown tool {tool!r}{_did_you_mean(tool, known)} (the agent's tools: "
+                                 f"{', '.join(known)})"))
             elif isinstance(tool, str) and tool in seen:
                 problems.append(((section, "tools", i), f"tool {tool!r} listed twice"))
             seen.add(tool) if isinstance(tool, str) else None
@@ -688,7 +786,16 @@ def _semantic_problems(data: dict) -> list[tuple[Loc, str]]:
                                  "the scripted server identifies a run by its prompt)"))
             else:
                 prompts[prompt] = r
-        for t, turn in enumerate(_as_list(run.get("turns"))):
+        turns = _as_list(run.get("turns"))
+        for t, turn in enumerate(turns):
+            if t + 1 < len(turns) and isinstance(turn, dict) and not _as_list(turn.get("tool_calls")):
+                # A stop answer (no tool calls) ends the run: the agent never asks the model again in it.
+                problems.append((("runs", r, "turns", t + 1),
+                                 f"unreachable: turns[{t}] answers without tool calls, which ends the run, so "
+                                 f"turns[{t + 1}:] are never requested (move them to a run of their own, or give "
+                                 f"turns[{t}] a tool call)"))
+                break
+        for t, turn in enumerate(turns):
             for c, call in enumerate(_as_list(_as_dict(turn).get("tool_calls"))):
                 call = _as_dict(call)
                 loc: Loc = ("runs", r, "turns", t, "tool_calls", c)
@@ -709,6 +816,12 @@ def _semantic_problems(data: dict) -> list[tuple[Loc, str]]:
                                          "tool the agent does not offer"))
                     elif unknown and name in offered:
                         problems.append((loc + ("unknown",), f"unknown = true, but the agent offers {name!r}"))
+                    arguments = call.get("arguments")
+                    # A table is checked against the tool's schema; a string is sent verbatim, unchecked, so a
+                    # scenario can still script arguments that are wrong on purpose.
+                    if not unknown and name in offered and name in tools and isinstance(arguments, dict):
+                        for where, message in _argument_problems(name, arguments, _as_dict(tools[name])):
+                            problems.append((loc + ("arguments", *where), message))
 
     for path in _as_dict(data.get("workspace")):
         message = _path_problem(path)
@@ -735,7 +848,7 @@ def _semantic_problems(data: dict) -> list[tuple[Loc, str]]:
                 continue  # the schema reports it
             name, _, arg = cond.removeprefix("not:").partition(":")
             loc = base + ("when",) if isinstance(table.get("when"), str) else base + ("when", i)
-            if name in ("pending", "untouched", "interrupted") and arg and arg not in KNOWN_TOOLS and arg not in scripted_names:
+            if name in ("pending", "untouched", "interrupted") and arg and arg not in known and arg not in scripted_names:
                 problems.append((loc, f"condition {cond!r}: no tool {arg!r} in the agent or the script"))
             if name == "run" and arg and int(arg) > runs_count:
                 problems.append((loc, f"condition {cond!r}: the scenario has {runs_count} run(s)"))
@@ -1030,8 +1143,12 @@ def _too_deep(name: str) -> str:
     return f"{name}:1: toml: arrays or tables nested more than {MAX_DEPTH} levels deep"
 
 
-def parse_scenario(text: str, name: str = "<scenario>") -> Scenario:
-    """Validate scenario TOML ``text``; ``name`` prefixes the error lines. Raises ``ScenarioError`` with all problems."""
+def parse_scenario(text: str, name: str = "<scenario>", *, tools: Mapping[str, Mapping[str, Any]] | None = None
+                   ) -> Scenario:
+    """Validate scenario TOML ``text``; ``name`` prefixes the error lines. Raises ``ScenarioError`` with all problems.
+
+    ``tools``: the target's tools, name → argument schema (the ``parameters`` of its tool definitions, as its
+    ``describe`` reports them); default ``BUNDLED_TOOL_SCHEMAS``. Scripted calls are checked against them."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -1046,7 +1163,7 @@ def parse_scenario(text: str, name: str = "<scenario>") -> Scenario:
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:
         problems += _schema_problems(exc, data)
-    problems += _semantic_problems(data)
+    problems += _semantic_problems(data, BUNDLED_TOOL_SCHEMAS if tools is None else tools)
     if problems:
         keys = _KeyLines(text)
         lines = sorted({(keys.line_of(loc), _format_loc(loc), message) for loc, message in problems})
@@ -1055,8 +1172,9 @@ def parse_scenario(text: str, name: str = "<scenario>") -> Scenario:
     return scenario
 
 
-def load_scenario(path: str | Path) -> Scenario:
-    """Load and validate one scenario file. Raises ``ScenarioError`` (one ``file:line: field: message`` per problem)."""
+def load_scenario(path: str | Path, *, tools: Mapping[str, Mapping[str, Any]] | None = None) -> Scenario:
+    """Load and validate one scenario file. Raises ``ScenarioError`` (one ``file:line: field: message`` per problem).
+    ``tools``: as for ``parse_scenario``."""
     path = Path(path)
     name = str(path)
     try:
@@ -1068,7 +1186,7 @@ def load_scenario(path: str | Path) -> Scenario:
     except UnicodeDecodeError as exc:
         line = raw[:exc.start].count(b"\n") + 1
         raise ScenarioError([f"{name}:{line}: file: not UTF-8 (byte {exc.start})"]) from None
-    scenario = parse_scenario(text, name)
+    scenario = parse_scenario(text, name, tools=tools)
     scenario._source = path
     return scenario
 
@@ -1093,14 +1211,16 @@ def scenario_files(paths: list[str | Path]) -> tuple[list[Path], list[str]]:
     return files, problems
 
 
-def load_scenarios(paths: list[str | Path]) -> tuple[list[Scenario], list[str]]:
-    """Load every scenario under ``paths``; returns the valid ones and every problem line (names must be unique)."""
+def load_scenarios(paths: list[str | Path], *, tools: Mapping[str, Mapping[str, Any]] | None = None
+                   ) -> tuple[list[Scenario], list[str]]:
+    """Load every scenario under ``paths``; returns the valid ones and every problem line (names must be unique).
+    ``tools``: as for ``parse_scenario``."""
     files, problems = scenario_files(paths)
     scenarios: list[Scenario] = []
     seen: dict[str, Path] = {}
     for path in files:
         try:
-            scenario = load_scenario(path)
+            scenario = load_scenario(path, tools=tools)
         except ScenarioError as exc:
             problems += exc.messages
             continue

@@ -218,7 +218,8 @@ description = "The model calls write without its content: the crash-free run can
 [[runs]]
 prompt = "Write the file."
 [[runs.turns]]
-tool_calls = [{ id = "call_w", name = "write", arguments = { path = "out.txt" } }]
+# A string, sent verbatim: a table missing `content` would already fail `chaos validate`.
+tool_calls = [{ id = "call_w", name = "write", arguments = '{"path": "out.txt"}' }]
 [[runs.turns]]
 content = "Done."
 [expect]

@@ -340,11 +340,6 @@ class TestCommandLine:
     def test_random_command_lines(self, data, fuzz_files, monkeypatch):
         """Random command lines over every command and option exit with a status other than EXIT_INTERNAL and
         no traceback; where one would start real work it reaches the sentinel instead."""
-        import chaos.bundle
-        import chaos.case
-        import chaos.conformance
-        import chaos.corpus
-
         for where in ("chaos.campaign.WorkerPool", "chaos.case.run_baseline", "chaos.case.run_case",
                       "chaos.bundle.reproduce", "chaos.conformance.run_conformance", "chaos.corpus.load_corpus",
                       "chaos.corpus.build_corpus"):

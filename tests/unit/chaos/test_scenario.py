@@ -436,3 +436,124 @@ class TestLoadScenario:
         assert blocks, "scenarios/README.md has no ```toml example"
         s = parse_scenario(blocks[0], "README.md")
         assert s.schedules and s.expect.when and s.restart.then == "abort"
+
+
+def one_call(arguments: str, name: str = "write", extra: str = "") -> str:
+    """A scenario whose first turn makes one call of tool ``name`` with the TOML ``arguments``."""
+    return textwrap.dedent(f"""\
+        name = "calls"
+        description = "one call, then an answer"
+        [[runs]]
+        prompt = "Do it."
+        [[runs.turns]]
+        tool_calls = [{{ id = "call_1", name = "{name}", arguments = {arguments}{extra} }}]
+        [[runs.turns]]
+        content = "Done."
+        """)
+
+
+class TestToolArguments:
+    def test_misnamed_argument_suggests_the_missing_one(self):
+        """`write{path, text}` names its line and says the argument is `content`, once."""
+        assert errors_of(one_call('{ path = "notes.txt", text = "x" }')) == [
+            "s.toml:6: runs[0].turns[0].tool_calls[0].arguments.text: unknown argument 'text' for tool 'write' "
+            "(did you mean 'content'?)"]
+
+    def test_misspelled_argument_suggests_the_close_name(self):
+        """`bash{cmd}` suggests `command`."""
+        assert errors_of(one_call('{ cmd = "ls" }', "bash")) == [
+            "s.toml:6: runs[0].turns[0].tool_calls[0].arguments.cmd: unknown argument 'cmd' for tool 'bash' "
+            "(did you mean 'command'?)"]
+
+    def test_missing_and_unrelated_arguments(self):
+        """A missing required argument and an unknown one nothing resembles are each reported with the tool's
+        argument list."""
+        messages = errors_of(one_call('{ path = "a", colour = "red" }', "edit"))
+        listing = "(the arguments of 'edit': path, old_string, new_string, replace_all)"
+        assert messages == [
+            f"s.toml:6: runs[0].turns[0].tool_calls[0].arguments: tool 'edit' needs argument 'new_string' {listing}",
+            f"s.toml:6: runs[0].turns[0].tool_calls[0].arguments: tool 'edit' needs argument 'old_string' {listing}",
+            f"s.toml:6: runs[0].turns[0].tool_calls[0].arguments.colour: unknown argument 'colour' for tool 'edit' "
+            f"{listing}"]
+
+    @pytest.mark.parametrize("arguments, message", [
+        ('{ command = "ls", timeout = "5" }', "argument 'timeout' of tool 'bash' must be an integer"),
+        ('{ command = "ls", timeout = 601 }', "argument 'timeout' of tool 'bash' must be <= 600"),
+        ('{ command = "" }', "argument 'command' of tool 'bash' must not be empty"),
+        ('{ command = "ls", timeout = true }', "argument 'timeout' of tool 'bash' must be an integer"),
+    ])
+    def test_values_are_checked_against_the_schema(self, arguments, message):
+        """Argument values must fit the schema's type and bounds."""
+        [line] = errors_of(one_call(arguments, "bash"))
+        assert line.endswith(message)
+
+    def test_string_arguments_and_unknown_tools_are_not_checked(self):
+        """A string is sent verbatim (wrong on purpose is allowed), and so are the arguments of `unknown = true`."""
+        parse_scenario(one_call("'{\"file\": \"x\"}'", "read"))
+        parse_scenario(one_call('{ anything = 1 }', "web_search", ", unknown = true"))
+
+    def test_another_targets_tools(self):
+        """With another target's tool schemas, its calls are checked and the bundled tool names are unknown."""
+        tools = {"search": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"],
+                            "additionalProperties": False}}
+        text = one_call('{ query = "x" }', "search").replace('description', 'agent = { tools = ["search"] }\n'
+                                                                           'description', 1)
+        parse_scenario(text, tools=tools)
+        with pytest.raises(ScenarioError, match="unknown argument 'qeury' for tool 'search' .did you mean 'query'"):
+            parse_scenario(text.replace("query", "qeury"), tools=tools)
+        with pytest.raises(ScenarioError, match="unknown tool 'search'"):
+            parse_scenario(text)
+
+    def test_bundled_schemas_equal_what_the_agent_describes(self):
+        """The static schemas are the `parameters` the bundled agent's `describe` reports (descriptions aside)."""
+        from chaos.scenario import BUNDLED_TOOL_SCHEMAS
+        from chaos.target import Target, describe
+
+        def strip(value):
+            if isinstance(value, dict):
+                return {k: strip(v) for k, v in value.items() if k != "description"}
+            return [strip(v) for v in value] if isinstance(value, list) else value
+
+        described = {t["function"]["name"]: strip(t["function"]["parameters"]) for t in describe(Target()).tools}
+        assert list(described) == list(BUNDLED_TOOL_SCHEMAS) == list(KNOWN_TOOLS)
+        for name, schema in described.items():
+            ours = BUNDLED_TOOL_SCHEMAS[name]
+            assert {**ours, "required": sorted(ours["required"])} == {**schema, "required": sorted(schema["required"])}
+
+
+class TestAuthoringTraps:
+    def test_a_fact_named_as_a_condition_gets_the_fact_and_the_condition(self):
+        """`when = "toolstarted"` says toolStarted is a fact name and suggests the condition `pending`."""
+        text = MINIMAL + '[[expect.when]]\nwhen = "toolstarted"\noutcome = "completed"\n'
+        assert errors_of(text) == [
+            "s.toml:10: expect.when[0].when: unknown condition 'toolstarted': 'toolStarted' is a fact name "
+            "(faults use it: toolStarted@PHASE#N), not a condition (did you mean 'pending'?)"]
+
+    def test_a_miscased_fact_in_a_fault_gets_did_you_mean(self):
+        """A pinned schedule's `toolstarted@after-sync#1` suggests `toolStarted`."""
+        text = MINIMAL + '[[schedules]]\nfaults = ["toolstarted@after-sync#1"]\n'
+        [line] = errors_of(text)
+        assert "unknown fact 'toolstarted' (did you mean 'toolStarted'?)" in line
+
+    def test_turns_after_a_stop_answer_are_unreachable(self):
+        """A turn after one with no tool calls, in the same run, is flagged at that turn's line."""
+        text = MINIMAL + '[[runs.turns]]\ncontent = "Never asked."\n'
+        assert errors_of(text) == [
+            "s.toml:9: runs[0].turns[1]: unreachable: turns[0] answers without tool calls, which ends the run, so "
+            "turns[1:] are never requested (move them to a run of their own, or give turns[0] a tool call)"]
+
+    def test_a_call_turn_then_an_answer_is_reachable(self):
+        """Turns after tool-calling turns, and a second run after a stop answer, are fine."""
+        text = one_call('{ path = "a", content = "b" }') + '[[runs]]\nprompt = "Again."\n[[runs.turns]]\ncontent = "x"\n'
+        assert parse_scenario(text).runs[1].turns[0].content == "x"
+
+    def test_the_format_docs_list_every_required_key(self):
+        """scenarios/README.md names every key the model requires (a key without a default)."""
+        from chaos.scenario import Run, ToolCall
+
+        text = (REPO / "scenarios" / "README.md").read_text()
+        [section] = re.findall(r"## Required keys\n(.*?)\n## ", text, re.S)
+        for model, where in ((Scenario, ""), (Run, "runs"), (ToolCall, "tool_calls")):
+            for key, info in model.model_fields.items():
+                if info.is_required():
+                    assert f"`{key}`" in section, (where, key)
