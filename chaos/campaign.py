@@ -1355,10 +1355,12 @@ def summary_lines(result: CampaignResult, directory: Path | None = None) -> list
         if not b.get("ok"):
             lines.append(f"  BASELINE {name}: " + "; ".join(b.get("problems") or ["failed"]))
             lines += [f"    {why}" for why in b.get("why") or []]
+    cut_short = {r["id"] for r in result.records if (r.get("shrink") or {}).get("exhausted")}
     for g in result.failures:
         what = (f"{g['divergence']} ({g['invariant']})" if g.get("divergence")
                 else f"{g['invariant']} ({g['action']} at {g['fact']})")
-        lines.append(f"  FAIL {what} ×{g['count']}: minimal {'+'.join(g['minimal'] or [])}  e.g. {g['example']}")
+        note = " (shrinking cut short: best so far)" if g["example"] in cut_short else ""
+        lines.append(f"  FAIL {what} ×{g['count']}: minimal {'+'.join(g['minimal'] or [])}{note}  e.g. {g['example']}")
     for f in result.flaky:
         lines.append(f"  FLAKY {f['id']} ({', '.join(f['invariants'])} did not reproduce on re-run)")
     for e in result.errors:

@@ -76,6 +76,9 @@ class CaseReport:
     restarts: int | None = None  # launches after a fault; None = count them in ``run``
     keys: list[list[str]] = field(default_factory=list)  # the engine's dedup keys [invariant, action, fact]
     divergence: dict[str, Any] | None = None  # chaos.divergence.Divergence.to_json(): the first wrong decision
+    # Shrinking stopped before the schedule was minimal (its call budget, or the campaign's --budget): ``minimal`` is
+    # the best schedule found so far, and every rendering says so.
+    shrink_cut_short: bool = False
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -110,6 +113,7 @@ class CaseReport:
             "restarts": self.restarts,
             "keys": self.keys,
             "divergence": self.divergence,
+            "shrink_cut_short": self.shrink_cut_short,
         }
 
     @classmethod

@@ -48,7 +48,8 @@ def failure_text(case: CaseReport) -> str:
         if failure.evidence is not None:
             parts.append("evidence: " + json.dumps(failure.evidence, indent=2, ensure_ascii=False, default=str))
     if case.minimal and case.minimal != case.schedule:
-        parts.append("minimal schedule: " + "+".join(case.minimal))
+        parts.append("minimal schedule: " + "+".join(case.minimal)
+                     + (" (shrinking was cut short: the best schedule found so far)" if case.shrink_cut_short else ""))
     if case.verdict:
         parts.append(f"supervisor verdict: {case.verdict}" + (f" ({case.detail})" if case.detail else ""))
     if case.repro:

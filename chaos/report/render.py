@@ -56,6 +56,7 @@ def read_plans(run: Mapping[str, Any] | None) -> list[dict[str, Any]]:
 def case_report(record: Mapping[str, Any]) -> CaseReport:
     """A journal record (``chaos.workers`` format: the ``CaseReport`` keys plus the engine's own) as a ``CaseReport``."""
     case = CaseReport.from_json(dict(record))
+    case.shrink_cut_short = bool((record.get("shrink") or {}).get("exhausted"))
     if not case.plans and case.run:
         case.plans = read_plans(case.run)
     return case

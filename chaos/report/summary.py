@@ -167,6 +167,7 @@ def _failure_entry(case: CaseReport) -> dict[str, Any]:
         "scenario": case.scenario,
         "schedule": case.schedule,
         "minimal": case.minimal,
+        "shrinkCutShort": case.shrink_cut_short,
         "invariants": case.invariants,
         "divergence": (case.divergence or {}).get("signature"),
         "messages": [f"{f.invariant}: {f.message}" for f in case.failures],

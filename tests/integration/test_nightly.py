@@ -107,6 +107,37 @@ def test_history_shows_green_new_fixed_and_replays_known_failures_first(tmp_path
     plain = campaign(tmp_path, "c5", cache, bugs=STALE, workers=1, replay=False)
     assert plain.replayed == [] and plain.records[0]["id"] not in STALE_FAILURES  # --no-replay: plan order
 
+    shown = cli("report", "history", str(tmp_path))
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert "bundled on tool-answer: 5 run(s)" in shown.stdout and "  c3  PASS " in shown.stdout
+    assert "STILL FAILING: " in shown.stdout  # c5 after c4: the same failure again
+
+
+BAD_WRITE = '''
+name = "bad-write"
+description = "The model calls write without its content: the crash-free run cannot pass."
+[[runs]]
+prompt = "Write the file."
+[[runs.turns]]
+tool_calls = [{ id = "call_w", name = "write", arguments = '{"path": "out.txt"}' }]
+[[runs.turns]]
+content = "Done."
+[expect]
+outcome = "completed"
+answer = "Done."
+files = { "out.txt" = "hello" }
+'''
+
+
+def test_a_failing_baseline_says_why_in_the_campaign_summary(tmp_path, cache):
+    """A campaign over a scenario whose crash-free run fails exits 1 and prints the tool's error result under it."""
+    scenario = tmp_path / "bad-write.toml"
+    scenario.write_text(BAD_WRITE)
+    done = cli("campaign", str(scenario), "--out", str(tmp_path / "out"), "--name", "b", "--cache", cache, "-j", "1")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert ("    tool write returned an error: Error: invalid arguments for tool 'write': missing required property "
+            "'content'") in done.stdout
+
 
 def test_a_merge_of_shards_holding_a_failure_exits_1_and_a_self_merge_is_refused(tmp_path, cache):
     """Two shards of the stale-calls campaign merge with exit 1; a shard merged with itself is refused (exit 2)

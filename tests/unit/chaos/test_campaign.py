@@ -268,3 +268,15 @@ class TestDiscoveryProgress:
         reporter.job()
         reporter.job()
         assert lines[-1].startswith("[depth-2 recoveries 2/2] ") and "/s" in lines[-1]
+
+
+def test_summary_marks_a_shrink_cut_short_and_explains_a_failed_baseline():
+    """A failure whose shrinking was cut short says its minimal schedule is the best so far; a failed baseline
+    prints the evidence lines of why under it."""
+    records = TestResult().records()
+    records[1]["shrink"] = {"invariant": "outcome", "calls": 3, "steps": [], "exhausted": True}
+    params = {**PARAMS, "baselines": {"w": {"ok": False, "problems": ["did not pass"],
+                                            "why": ["tool write returned an error: missing 'content'"]}}}
+    text = "\n".join(summary_lines(build_result(params, records, duration=1.0)))
+    assert "minimal toolStarted@after-sync#1 (shrinking cut short: best so far)  e.g. s::toolStarted@after-sync#2" in text
+    assert "  BASELINE w: did not pass\n    tool write returned an error: missing 'content'" in text

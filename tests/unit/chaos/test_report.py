@@ -379,6 +379,17 @@ class TestIncomplete:
         assert "missing required property &#39;content&#39;" in page and "banner pass" not in page
 
 
+def test_a_minimal_schedule_from_a_shrink_cut_short_is_marked_everywhere():
+    """The page, JUnit and summary.json say when a minimal schedule is only the best found before shrinking stopped."""
+    case = failing_case(id="read-then-answer::tx:3@after-sync+assistant@after-sync#1", shrink_cut_short=True,
+                        schedule=["tx:3@after-sync", "assistant@after-sync#1"])
+    report = campaign([case])
+    assert "(shrinking was cut short: the best schedule found so far)" in TestHtml().render(report)
+    assert "(shrinking was cut short: the best schedule found so far)" in junit_xml(report)
+    assert summarize(report)["failures"]["cases"][0]["shrinkCutShort"] is True
+    assert "cut short" not in TestHtml().render(campaign([failing_case()]))
+
+
 class TestWriteReports:
     def test_writes_all_renderings_and_the_data(self, tmp_path: Path):
         """write_reports writes summary.json, junit.xml, index.html and report.json (re-renderable)."""
