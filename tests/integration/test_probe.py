@@ -1,0 +1,131 @@
+"""The probe under the real supervisor: an unmodified stdlib program, real SIGKILLs at its durable writes, properties.
+
+The subject is tests/agents/workflow.py (SQLite progress, an atomically replaced status file, effects witnessed
+outside its state); each planted defect (WORKFLOW_BUGS) must make its property fail where the correct program holds.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import textwrap
+from dataclasses import replace
+
+import pytest
+
+from chaos.probe import vocabulary
+from chaos.probecase import ProbeProgram, run_probe_baseline, run_probe_case
+from chaos.properties import PROPERTIES
+from tests.agents import HERE
+
+WORKFLOW = HERE / "workflow.py"
+PROGRAM = ProbeProgram(
+    name="workflow", program=(str(WORKFLOW), "{case}/state"),
+    vocabulary=vocabulary(("progress", "cursor"), ("status.json", "status.json.tmp"), ("effected",)),
+    sqlite=("state/wf.db",), reader=(sys.executable, str(WORKFLOW), "--read", "{case}/state"),
+    effect_bound=2,  # at-least-once: a kill between an effect and its record repeats it once
+    max_launches=3)
+STEP_FACTS = [["point", "effected"], ["commit", "progress", "cursor"], ["write", "status_json_tmp"],
+              ["fsync", "status_json_tmp"], ["close", "status_json_tmp"], ["rename", "status_json"]]
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory):
+    """The crash-free run's result (it must itself hold every property)."""
+    return run_probe_baseline(PROGRAM, tmp_path_factory.mktemp("baseline"))
+
+
+def test_crash_free_run_announces_every_durable_write(tmp_path, baseline):
+    """Each step announces its point, its SQLite commit with the tables written, and the status file's write,
+    fsync, close and rename, each with three phases in order; the result is the program's own."""
+    case = run_probe_case(PROGRAM, (), tmp_path, baseline=baseline)
+    assert case.passed and baseline == 123
+    phases = [b.phase for b in case.run.barriers]
+    assert phases == ["before-write", "after-write", "after-sync"] * (len(phases) // 3)
+    assert [b.facts for b in case.run.barriers if b.phase == "before-write"] == STEP_FACTS * 3
+    assert all(b.offset == b.synced_offset == 0 for b in case.run.barriers)
+
+
+@pytest.mark.parametrize("point", ["effected@after-sync#1", "commit@before-write#2", "commit@after-sync#1",
+                                   "write@before-write#1", "write@after-sync#1", "rename@before-write#2",
+                                   "status_json@after-sync#3"])
+def test_correct_program_holds_every_property_under_a_real_kill(tmp_path, baseline, point):
+    """Killed by SIGKILL at a barrier and restarted, the correct workflow holds every property."""
+    case = run_probe_case(PROGRAM, point, tmp_path, baseline=baseline)
+    first = case.run.launches[0]
+    assert (first.returncode, first.killed_by) == (-signal.SIGKILL, "fault")
+    assert [l.role for l in case.run.launches] == ["step", "resume"]
+    assert case.problems == {name: [] for name in PROPERTIES}
+
+
+@pytest.mark.parametrize("bug, point, prop, says", [
+    ("rerun-recorded", "commit@after-sync#1", "recorded-not-redone", "already recorded it as done"),
+    ("retry-effect", "effected@after-sync#1", "effects-bounded", "ran 3 times"),
+    ("no-transaction", "commit@after-sync#1", "matches-baseline", "final result 23, the crash-free run's is 123"),
+    ("write-in-place", "write@before-write#1", "state-loads", "JSONDecodeError"),
+    ("stop-early", "effected@after-sync#2", "completes", "does not record the program as finished"),
+])
+def test_planted_defect_fails_its_property(tmp_path, baseline, bug, point, prop, says):
+    """Each planted defect, killed where it matters, fails its property with evidence."""
+    program = replace(PROGRAM, env=(("WORKFLOW_BUGS", bug),))
+    case = run_probe_case(program, point, tmp_path, baseline=baseline)
+    assert case.run.faults and case.run.faults[0].signal == "SIGKILL"
+    assert prop in case.failed, case.problems
+    assert any(says in problem for problem in case.problems[prop]), case.problems[prop]
+
+
+def test_ioerror_answer_makes_the_wrapped_call_fail(tmp_path, baseline):
+    """A fail(EIO) answer at an fsync barrier makes os.fsync raise EIO in the program without syncing."""
+    case = run_probe_case(PROGRAM, "ioerror(EIO):fsync@before-write#1", tmp_path, baseline=baseline)
+    first = case.evidence.launches[0]
+    assert first.returncode == 1 and "OSError: [Errno 5]" in first.error and "injected by chaos" in first.error
+    assert case.failed == ["state-loads"]  # the program does not survive a failed fsync; the restart finishes
+
+
+def test_every_commit_path_of_sqlite3_is_announced(tmp_path):
+    """commit(), `with conn:`, a COMMIT statement through a cursor and executescript are barriers naming the tables
+    written, and a program's own authorizer still runs."""
+    program_file = tmp_path / "commits.py"
+    program_file.write_text(textwrap.dedent("""
+        import sqlite3, sys
+        conn = sqlite3.connect(sys.argv[1])
+        conn.execute("CREATE TABLE a (x)"); conn.execute("CREATE TABLE b (x)")
+        seen = []
+        conn.set_authorizer(lambda *args: (seen.append(args[0]), 0)[1])
+        conn.execute("INSERT INTO a VALUES (1)"); conn.commit()
+        with conn:
+            conn.execute("INSERT INTO b VALUES (1)")
+        cur = conn.cursor()
+        cur.execute("BEGIN"); cur.execute("UPDATE a SET x = 2"); cur.execute("DELETE FROM b"); cur.execute("COMMIT")
+        conn.execute("INSERT INTO a VALUES (3)")
+        conn.executescript("INSERT INTO b VALUES (4);")
+        assert seen, "the program's authorizer was not called"
+    """))
+    program = ProbeProgram("commits", (str(program_file), "{case}/db.sqlite"), vocabulary(("a", "b")),
+                           properties=("completes",), max_launches=1)
+    case = run_probe_case(program, (), tmp_path)
+    assert case.run.verdict == "exit:0", case.run.detail
+    assert [b.facts for b in case.run.barriers if b.phase == "before-write"] == [
+        ["commit", "a"], ["commit", "b"], ["commit", "a", "b"], ["commit", "a"]]
+
+
+def test_each_thread_has_its_own_barrier_stream(tmp_path):
+    """Two threads writing at once each announce on their own connection: no protocol error, every barrier seen."""
+    program_file = tmp_path / "threads.py"
+    program_file.write_text(textwrap.dedent("""
+        import os, sys, threading
+        def work(name):
+            for _ in range(5):
+                with open(os.path.join(sys.argv[1], name), "a") as f:
+                    f.write("x"); f.flush(); os.fsync(f.fileno())
+        ts = [threading.Thread(target=work, args=(n,)) for n in ("one", "two")]
+        [t.start() for t in ts]; [t.join() for t in ts]
+    """))
+    program = ProbeProgram("threads", (str(program_file), "{case}/state"), vocabulary(files=("one", "two")),
+                           properties=(), max_launches=1)
+    (tmp_path / "case" / "state").mkdir(parents=True)
+    case = run_probe_case(program, (), tmp_path)
+    assert case.run.verdict == "exit:0", case.run.detail
+    assert sorted(b.facts[1] for b in case.run.barriers if b.facts[0] == "fsync" and b.phase == "after-sync") == [
+        "one"] * 5 + ["two"] * 5
+    assert len(case.run.launches[0].hello) and len({b.pid for b in case.run.barriers}) == 1
