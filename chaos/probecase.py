@@ -4,8 +4,9 @@ The thin shell around ``chaos.supervisor`` (real processes, real SIGKILL at barr
 barriers), ``chaos.probe.inspect`` (the state each restart finds) and ``chaos.properties`` (the pure judgement).
 A ``ProbeProgram`` says how to run an unmodified Python program: its argv, its state paths, its SQLite files, its
 reader, its fact vocabulary and its documented effect guarantee. Every launch runs as
-``python -m chaos.probe.run --state … -- PROGRAM``; every restart (after a kill) is preceded, in the same process,
-by ``python -m chaos.probe.inspect``. Effects are witnessed by the program itself in ``$CHAOS_WITNESS`` (JSON lines
+``python -m chaos.probe.run --state … -- PROGRAM``; every restart (after a kill) adds ``--inspect`` (the runner
+records the state it finds before it runs the program). A ``chaos.zygote.ZygoteLauncher("chaos.probe.run", …)``
+may fork every launch, restarts included. Effects are witnessed by the program itself in ``$CHAOS_WITNESS`` (JSON lines
 with ``effect`` and ``pid``), a file outside its state; pids are mapped back to launches.
 
 Invariant protected: the properties judge the state *at each kill* (the inspection runs before the restarted
@@ -30,6 +31,7 @@ from chaos import properties
 from chaos.faults import Fault, parse_schedule
 from chaos.probe.inspect import inspect_state
 from chaos.records import CaseRun
+from chaos.process import Launcher
 from chaos.supervisor import AgentCommand, Limits, Step, Supervisor
 
 
@@ -76,20 +78,20 @@ def command(program: ProbeProgram, case: Path, witness: Path) -> AgentCommand:
     runner = [sys.executable, "-m", "chaos.probe.run"]
     for path in program.state:
         runner += ["--state", str(case / path)]
-    runner += ["--", *_fill(program.program, case)]
-    inspect = [sys.executable, "-m", "chaos.probe.inspect", "--out", str(case / "inspections")]
+    inspect = ["--inspect", str(case / "inspections")]
     for path in program.sqlite:
         inspect += ["--sqlite", str(case / path)]
     if program.reader:
         inspect += ["--reader", json.dumps(_fill(program.reader, case))]
+    argv = ["--", *_fill(program.program, case)]
     env = {**dict(program.env), "CHAOS_WITNESS": str(witness)}
-    return AgentCommand(steps=(Step(tuple(runner)),), resume=(*inspect, "--", *runner), env=env, cwd=case,
+    return AgentCommand(steps=(Step((*runner, *argv)),), resume=(*runner, *inspect, *argv), env=env, cwd=case,
                         settled_exits=frozenset({0}), blocked_exit=None)
 
 
 def run_probe_case(program: ProbeProgram, schedule: str | Sequence[Fault], work_dir: Path | str, *,
                    baseline: Any = properties.NO_BASELINE, limits: Limits = Limits(case_seconds=60,
-                   silence_seconds=20), name: str = "case") -> ProbeCase:
+                   silence_seconds=20), name: str = "case", launcher: Launcher | None = None) -> ProbeCase:
     """Run ``program`` under ``schedule`` (fault texts in its vocabulary) in ``work_dir/name`` and judge it.
 
     ``baseline``: the crash-free run's final result (``run_probe_baseline``), for ``matches-baseline``."""
@@ -100,7 +102,7 @@ def run_probe_case(program: ProbeProgram, schedule: str | Sequence[Fault], work_
         (case / path).parent.mkdir(parents=True, exist_ok=True)
     witness = case / "witness.jsonl"
     witness.touch()
-    run = Supervisor(command(program, case, witness), case / "supervisor", limits=limits,
+    run = Supervisor(command(program, case, witness), case / "supervisor", limits=limits, launcher=launcher,
                      label=f"{program.name}::{'+'.join(map(str, faults))}").run(faults)
     env = {**os.environ, **dict(program.env), "CHAOS_WITNESS": str(witness)}
     final = inspect_state([str(case / p) for p in program.sqlite], _fill(program.reader, case)

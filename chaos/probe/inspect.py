@@ -1,10 +1,9 @@
 """What a probe target's durable state says, read at the moment a restarted process would first see it.
 
-``python -m chaos.probe.inspect --out DIR [--sqlite PATH]… [--reader JSON-ARGV] -- COMMAND…`` checks the state,
-writes ``DIR/<pid>.json`` and then *becomes* ``COMMAND`` (``execvp``: same pid, same session, so the supervisor
-sees one launch). The harness puts it in front of every ``resume`` of a probe case: nothing runs between a kill and
-the restart, so what it reads is the durable state the kill left. The harness calls ``inspect_state`` itself for
-the final state.
+The runner (``python -m chaos.probe.run --inspect DIR [--sqlite PATH]… [--reader JSON-ARGV] …``) calls
+``inspect_state`` first thing in every restart of a probe case, before it installs the probe and runs the program,
+and writes the record to ``DIR/<pid>.json``: nothing runs between a kill and the restart, so what it reads is the
+durable state the kill left. The harness calls ``inspect_state`` itself for the final state.
 
 The record: ``{"integrity": {path: "ok" | "absent" | problem}, "reader": {"done": [...], "result": ...,
 "complete": bool} | null, "reader_error": str | null}``. ``integrity``: ``PRAGMA integrity_check`` of each SQLite
@@ -12,8 +11,9 @@ file (opened read-write, as any reader would: it may replay and checkpoint the W
 change). ``reader``: the target's own reader command (with the framework's API), run without ``CHAOS_CONTROL``,
 printing one JSON object: which effects the state records as done, the program's result, whether it finished.
 
-Invariant protected: an inspection never announces a barrier and never writes the program's state beyond what
-opening it does. Not here: judging (``chaos.properties``). Stdlib only; a bad command line is one line, exit 2.
+Invariant protected: an inspection never announces a barrier (it runs before the probe is installed, and its reader
+gets no ``CHAOS_CONTROL``) and never writes the program's state beyond what opening it does. Not here: judging
+(``chaos.properties``). Stdlib only.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import json
 import os
 import sqlite3
 import subprocess
-import sys
 from collections.abc import Mapping, Sequence
 
 READER_SECONDS = 60.0
@@ -68,40 +67,3 @@ def inspect_state(sqlite_paths: Sequence[str], reader: Sequence[str] | None, env
     """The inspection record (module docstring) of the state as it is now."""
     answer, problem = read(reader, env, cwd) if reader else (None, None)
     return {"integrity": {p: integrity(p) for p in sqlite_paths}, "reader": answer, "reader_error": problem}
-
-
-def main(argv: list[str] | None = None) -> None:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    out, sqlite_paths, reader = None, [], None
-    try:
-        split = argv.index("--")
-    except ValueError:
-        split = len(argv)
-    opts, command = argv[:split], argv[split + 1:]
-    try:
-        for word, value in zip(opts[::2], opts[1::2], strict=True):
-            if word == "--out":
-                out = value
-            elif word == "--sqlite":
-                sqlite_paths.append(value)
-            elif word == "--reader":
-                reader = json.loads(value)
-                if not isinstance(reader, list) or not reader or not all(isinstance(a, str) for a in reader):
-                    raise ValueError("--reader must be a JSON list of strings")
-            else:
-                raise ValueError(f"unknown option {word!r}")
-        if not out or not command:
-            raise ValueError("needs --out DIR and a command after '--'")
-    except ValueError as exc:
-        sys.stderr.write(f"chaos.probe.inspect: {exc}\n")
-        raise SystemExit(2) from None
-    record = inspect_state(sqlite_paths, reader, os.environ)
-    os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, f"{os.getpid()}.json"), "w", encoding="utf-8") as f:
-        json.dump(record, f)
-    sys.stdout.flush()
-    os.execvp(command[0], command)
-
-
-if __name__ == "__main__":
-    main()

@@ -6,6 +6,10 @@ program's first import, so the program's ``sqlite3.connect``, ``os.fsync``, ``os
 wrapped ones. ``--state`` (repeatable; also ``CHAOS_PROBE_STATE``, paths joined by ``os.pathsep``) declares the
 files or directories whose writes are barriers; ``--session`` is the path the hello announces.
 
+A restart of a probe case also has ``--inspect DIR`` (with ``--sqlite PATH``… and ``--reader JSON-ARGV``): before
+anything else, the state the restart finds is inspected (``chaos.probe.inspect``) and recorded in ``DIR/<pid>.json``.
+It is an option of the runner, not a separate command, so that restarts too can be forked by the zygote.
+
 Invariant protected: the program sees the argv, ``sys.path[0]`` and ``__main__`` it would see when run by
 ``python PROGRAM ARGS`` (or ``python -m MODULE ARGS``), and its exit status is its own (``SystemExit`` and uncaught
 exceptions propagate unchanged). Works under the zygote launcher as ``MODULE = chaos.probe.run``.
@@ -15,50 +19,82 @@ Bad usage: one line on stderr, exit 2. Not here: the wrapping itself (``chaos.pr
 
 from __future__ import annotations
 
+import json
 import os
 import runpy
 import sys
+from dataclasses import dataclass, field
 
-USAGE = "usage: python -m chaos.probe.run [--state PATH]... [--session PATH] -- PROGRAM [ARGS...] | -- -m MODULE [ARGS...]"
+USAGE = ("usage: python -m chaos.probe.run [--state PATH]... [--session PATH] [--inspect DIR [--sqlite PATH]... "
+         "[--reader JSON-ARGV]] -- PROGRAM [ARGS...] | -- -m MODULE [ARGS...]")
 
 
-def parse(argv: list[str]) -> tuple[list[str], str | None, list[str]]:
-    """``(state paths, session, program argv)`` from the runner's arguments; ``ValueError`` names the problem."""
-    state = [p for p in os.environ.get("CHAOS_PROBE_STATE", "").split(os.pathsep) if p]
-    session = None
+@dataclass
+class Options:
+    """The runner's command line."""
+
+    state: list[str] = field(default_factory=list)
+    session: str | None = None
+    inspect: str | None = None
+    sqlite: list[str] = field(default_factory=list)
+    reader: list[str] | None = None
+    program: list[str] = field(default_factory=list)
+
+
+def parse(argv: list[str]) -> Options:
+    """The runner's options; ``ValueError`` names the problem."""
+    opts = Options(state=[p for p in os.environ.get("CHAOS_PROBE_STATE", "").split(os.pathsep) if p])
     i = 0
     while i < len(argv) and argv[i] != "--":
         word = argv[i]
-        if word in ("--state", "--session"):
-            if i + 1 >= len(argv) or not argv[i + 1] or argv[i + 1] == "--":
-                raise ValueError(f"{word} needs a path")
-            if word == "--state":
-                state.append(argv[i + 1])
-            else:
-                session = argv[i + 1]
-            i += 2
-        else:
+        if word not in ("--state", "--session", "--inspect", "--sqlite", "--reader"):
             raise ValueError(f"unknown option {word!r} (the program comes after '--')")
-    program = argv[i + 1:]
-    if not program:
+        if i + 1 >= len(argv) or not argv[i + 1] or argv[i + 1] == "--":
+            raise ValueError(f"{word} needs a value")
+        value = argv[i + 1]
+        if word in ("--state", "--sqlite"):
+            getattr(opts, word[2:]).append(value)
+        elif word == "--reader":
+            try:
+                opts.reader = json.loads(value)
+            except ValueError:
+                opts.reader = None
+            if not isinstance(opts.reader, list) or not opts.reader or not all(isinstance(a, str) for a in opts.reader):
+                raise ValueError("--reader must be a JSON list of strings (the reader's argv)")
+        else:
+            setattr(opts, word[2:], value)
+        i += 2
+    opts.program = argv[i + 1:]
+    if not opts.program:
         raise ValueError("no program after '--'")
-    if program[0] == "-m" and len(program) < 2:
+    if opts.program[0] == "-m" and len(opts.program) < 2:
         raise ValueError("-m needs a module name")
-    return state, session, program
+    if (opts.sqlite or opts.reader) and not opts.inspect:
+        raise ValueError("--sqlite and --reader need --inspect DIR")
+    return opts
 
 
 def main(argv: list[str] | None = None) -> None:
     try:
-        state, session, program = parse(list(sys.argv[1:] if argv is None else argv))
+        opts = parse(list(sys.argv[1:] if argv is None else argv))
     except ValueError as exc:
         sys.stderr.write(f"chaos.probe.run: {exc}\n{USAGE}\n")
         raise SystemExit(2) from None
+    program = opts.program
     if program[0] != "-m" and not os.path.isfile(program[0]):
         sys.stderr.write(f"chaos.probe.run: no such program file: {program[0]}\n")
         raise SystemExit(2)
+    if opts.inspect:
+        # Before the probe is installed: the inspection must not announce barriers of its own.
+        from chaos.probe.inspect import inspect_state
+
+        record = inspect_state(opts.sqlite, opts.reader, os.environ)
+        os.makedirs(opts.inspect, exist_ok=True)
+        with open(os.path.join(opts.inspect, f"{os.getpid()}.json"), "w", encoding="utf-8") as f:
+            json.dump(record, f)
     import chaos.probe as probe
 
-    probe.install(state, session)
+    probe.install(opts.state, opts.session)
     if program[0] == "-m":
         sys.argv = [program[1], *program[2:]]  # run_module replaces argv[0] with the module's file
         sys.path[0] = os.getcwd()

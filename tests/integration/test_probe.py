@@ -16,6 +16,7 @@ import pytest
 from chaos.probe import vocabulary
 from chaos.probecase import ProbeProgram, run_probe_baseline, run_probe_case
 from chaos.properties import PROPERTIES
+from chaos.zygote import ZygoteLauncher
 from tests.agents import HERE
 
 WORKFLOW = HERE / "workflow.py"
@@ -72,6 +73,21 @@ def test_planted_defect_fails_its_property(tmp_path, baseline, bug, point, prop,
     assert case.run.faults and case.run.faults[0].signal == "SIGKILL"
     assert prop in case.failed, case.problems
     assert any(says in problem for problem in case.problems[prop]), case.problems[prop]
+
+
+def test_zygote_forks_every_launch_restarts_included(tmp_path, baseline):
+    """Under the zygote launcher (module chaos.probe.run) the first launch and the inspected restart are forked,
+    and the correct program still holds every property."""
+    launcher = ZygoteLauncher("chaos.probe.run", ("sqlite3", "chaos.probe.inspect"))
+    try:
+        case = run_probe_case(PROGRAM, "commit@after-sync#2", tmp_path, baseline=baseline, launcher=launcher)
+        assert launcher.fallback is None
+        assert all(launcher.accepts(l.argv) for l in case.run.launches)
+    finally:
+        launcher.close()
+    assert [l.role for l in case.run.launches] == ["step", "resume"]
+    assert case.evidence.launches[1].inspection["reader"]["done"] == ["a", "b"]
+    assert case.problems == {name: [] for name in PROPERTIES}
 
 
 def test_ioerror_answer_makes_the_wrapped_call_fail(tmp_path, baseline):

@@ -38,8 +38,10 @@ def test_vocabulary_is_the_probe_words_then_the_targets_names():
         *PROBE_FACTS, "writes", "status_json", "effected")
 
 
-@pytest.mark.parametrize("argv, message", [([], "no program"), (["--state"], "needs a path"),
-                                           (["--bogus", "--", "p.py"], "unknown option"), (["--", "-m"], "-m needs")])
+@pytest.mark.parametrize("argv, message", [([], "no program"), (["--state"], "needs a value"),
+                                           (["--bogus", "--", "p.py"], "unknown option"), (["--", "-m"], "-m needs"),
+                                           (["--reader", "[1]", "--inspect", "d", "--", "p.py"], "JSON list"),
+                                           (["--sqlite", "db", "--", "p.py"], "need --inspect")])
 def test_runner_usage_errors(argv, message):
     """Bad runner arguments raise one message naming the problem."""
     with pytest.raises(ValueError, match=message):
@@ -47,10 +49,13 @@ def test_runner_usage_errors(argv, message):
 
 
 def test_runner_arguments_and_environment(monkeypatch):
-    """State paths come from CHAOS_PROBE_STATE and --state; everything after '--' is the program."""
+    """State paths come from CHAOS_PROBE_STATE and --state, the inspection options are kept, and everything after
+    '--' is the program."""
     monkeypatch.setenv("CHAOS_PROBE_STATE", "/s1")
-    assert parse(["--state", "/s2", "--session", "/db", "--", "p.py", "--state"]) == (
-        ["/s1", "/s2"], "/db", ["p.py", "--state"])
+    opts = parse(["--state", "/s2", "--session", "/db", "--inspect", "/i", "--sqlite", "/db", "--reader", '["r"]',
+                  "--", "p.py", "--state"])
+    assert (opts.state, opts.session, opts.program) == (["/s1", "/s2"], "/db", ["p.py", "--state"])
+    assert (opts.inspect, opts.sqlite, opts.reader) == ("/i", ["/db"], ["r"])
 
 
 def test_runner_bad_input_is_one_line_and_exit_2(tmp_path):
