@@ -800,7 +800,8 @@ class Campaign:
                     for phase in ("before-write", "after-write", "after-sync"):
                         for fact in dict.fromkeys(tx.facts):
                             points[f"{fact}@{phase}"] += 1
-            count = None if o.cases is None else sum(1 for _ in self.cases())
+            # Distinct ids: a seeded stream may draw the same schedule twice, and a case runs (and counts) once.
+            count = None if o.cases is None else len({c.id for c in self.cases()})
             return {"cases": count, "space": "shared", "points": dict(points), "recovery": {}}
         count = 0
         for case, facts, level in self._targets():
@@ -922,6 +923,7 @@ class Campaign:
         cases = self.ordered_cases(journal)
         self.reporter.start(total, done, failures)
         exhausted = halted = False
+        submitted: set[str] = set()  # a random stream may repeat a case id: it runs once
         window = 2 * (o.workers or os.cpu_count() or 1)
         try:
             while True:
@@ -929,7 +931,8 @@ class Campaign:
                     case = next(cases, None)
                     if case is None:
                         exhausted = True
-                    elif case.id not in journal:
+                    elif case.id not in journal and case.id not in submitted:
+                        submitted.add(case.id)
                         pool.submit("case", case.id, case.origin, case.index)
                 if pool.pending == 0:
                     break

@@ -181,3 +181,22 @@ def test_version_and_short_help():
     assert version.returncode == 0 and version.stdout.startswith("chaos, version ")
     assert cli("-h").stdout == cli("--help").stdout and "campaign" in cli("-h").stdout
     assert cli("campaign", "-h").returncode == 0 and "--no-replay" in cli("campaign", "-h").stdout
+
+
+def test_a_random_campaign_is_complete_when_its_duration_is_reached(tmp_path, cache):
+    """`--mode random --duration 3s` that runs until its duration ends is complete and exits 0 (no case list)."""
+    done = cli("campaign", GREETING, "--mode", "random", "--seed", "7", "--duration", "3s", "--out", str(tmp_path),
+               "--name", "r", "--cache", cache, "-j", "2")
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads((tmp_path / "r" / "result.json").read_text())
+    assert result["complete"] and result["stopped"] == "duration" and result["cases"]["done"] > 0
+    assert "INCOMPLETE" not in done.stdout
+
+
+def test_a_random_case_list_that_repeats_a_schedule_runs_it_once_and_is_complete(tmp_path, cache):
+    """A seeded stream of 100 draws with repeated schedules plans and runs each distinct case once: complete, exit 0."""
+    done = cli("campaign", GREETING, "--mode", "random", "--seed", "7", "--cases", "100", "--out", str(tmp_path),
+               "--name", "r", "--cache", cache, "-j", "2")
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads((tmp_path / "r" / "result.json").read_text())
+    assert result["complete"] and result["cases"]["planned"] == result["cases"]["done"] < 100
