@@ -98,6 +98,15 @@ def test_ioerror_answer_makes_the_wrapped_call_fail(tmp_path, baseline):
     assert case.failed == ["state-loads"]  # the program does not survive a failed fsync; the restart finishes
 
 
+def test_failed_commit_and_cuts_that_mean_nothing(tmp_path, baseline):
+    """fail(EIO) at a commit makes it raise sqlite3.DatabaseError; powerloss at a probe barrier is not applicable
+    (the probe announces no unsynced byte range)."""
+    case = run_probe_case(PROGRAM, "ioerror(EIO):commit@before-write#1", tmp_path, baseline=baseline, name="eio")
+    assert "sqlite3.DatabaseError: not authorized" in case.evidence.launches[0].error
+    case = run_probe_case(PROGRAM, "powerloss:commit@after-write#1", tmp_path, baseline=baseline, name="cut")
+    assert case.run.verdict == "fault-not-applicable"
+
+
 def test_every_commit_path_of_sqlite3_is_announced(tmp_path):
     """commit(), `with conn:`, a COMMIT statement through a cursor and executescript are barriers naming the tables
     written, and a program's own authorizer still runs."""
