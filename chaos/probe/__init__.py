@@ -92,7 +92,10 @@ class _Probe:
             except OSError as exc:
                 _fail_closed(f"cannot connect to CHAOS_CONTROL {self.control}: {exc.strerror or exc}")
             chan = self.local.chan = (sock, sock.makefile("rb"))
-            self._exchange({"hello": {"pid": os.getpid(), "session": self.session, "protocol": 1}}, None)
+            # `state`: what this probe watches (recorded with the launch; the supervisor ignores members it does
+            # not know).
+            self._exchange({"hello": {"pid": os.getpid(), "session": self.session, "protocol": 1,
+                                      "state": list(self.state)}}, None)
         return chan
 
     def _exchange(self, message: dict, phase: str | None) -> str | None:

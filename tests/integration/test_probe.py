@@ -45,6 +45,7 @@ def test_crash_free_run_announces_every_durable_write(tmp_path, baseline):
     assert phases == ["before-write", "after-write", "after-sync"] * (len(phases) // 3)
     assert [b.facts for b in case.run.barriers if b.phase == "before-write"] == STEP_FACTS * 3
     assert all(b.offset == b.synced_offset == 0 for b in case.run.barriers)
+    assert case.run.launches[0].hello["state"] == [str((tmp_path / "case" / "state").resolve())]
 
 
 @pytest.mark.parametrize("point", ["effected@after-sync#1", "commit@before-write#2", "commit@after-sync#1",

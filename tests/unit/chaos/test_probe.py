@@ -121,3 +121,12 @@ def test_without_a_supervisor_the_probe_changes_nothing(tmp_path):
     """, "--state", str(tmp_path / "state"))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[(1,)] hello"
+
+
+def test_probe_imports_only_the_standard_library():
+    """Importing the probe and its runner loads no third-party package and no other chaos module."""
+    code = ("import sys, chaos.probe, chaos.probe.run, chaos.probe.inspect; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('chaos', 'agent', 'pydantic', 'psutil', 'click', 'rich', 'jinja2')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True).stdout
+    assert out.strip() == "['chaos', 'chaos.probe', 'chaos.probe.inspect', 'chaos.probe.run']"
