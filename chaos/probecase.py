@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos import properties
-from chaos.faults import Fault, parse_schedule
+from chaos.faults import Barrier, Fault, parse_schedule
 from chaos.probe.inspect import inspect_state
 from chaos.records import CaseRun
 from chaos.process import Launcher
@@ -120,6 +120,19 @@ def run_probe_baseline(program: ProbeProgram, work_dir: Path | str) -> Any:
     if not base.passed:
         raise ValueError(f"{program.name}: the crash-free run fails {', '.join(base.failed)}: {base.problems}")
     return (base.evidence.final.get("reader") or {}).get("result")
+
+
+def kill_points(run: CaseRun, vocabulary: Sequence[str], phases: Sequence[str] = ("before-write", "after-sync"),
+                ) -> list[str]:
+    """Every kill point a (crash-free) run reached, one per barrier of ``phases``, named by its first fact
+    (``commit@after-sync#2``): the depth-1 exhaustive schedule of a probe program. ``after-write`` is left out by
+    default: for the probe it is the same moment as ``before-write``."""
+    points = []
+    for event in run.barriers:
+        if event.phase in phases:
+            named = Barrier(event.phase, tuple(event.facts), event.tx, event.ordinals).points(vocabulary)
+            points.append(str(named[1] if len(named) > 1 else named[0]))
+    return points
 
 
 def gather(run: CaseRun, witness: Path, inspections: Path, final: dict, baseline: Any) -> properties.ProbeEvidence:

@@ -14,7 +14,7 @@ from dataclasses import replace
 import pytest
 
 from chaos.probe import vocabulary
-from chaos.probecase import ProbeProgram, run_probe_baseline, run_probe_case
+from chaos.probecase import ProbeProgram, kill_points, run_probe_baseline, run_probe_case
 from chaos.properties import PROPERTIES
 from chaos.zygote import ZygoteLauncher
 from tests.agents import HERE
@@ -58,6 +58,20 @@ def test_correct_program_holds_every_property_under_a_real_kill(tmp_path, baseli
     assert (first.returncode, first.killed_by) == (-signal.SIGKILL, "fault")
     assert [l.role for l in case.run.launches] == ["step", "resume"]
     assert case.problems == {name: [] for name in PROPERTIES}
+
+
+@pytest.mark.slow
+def test_correct_program_holds_at_every_kill_point(tmp_path, baseline):
+    """Killed at every before-write and after-sync barrier its crash-free run reaches, the correct workflow holds
+    every property each time."""
+    points = kill_points(run_probe_case(PROGRAM, (), tmp_path, name="discover").run, PROGRAM.vocabulary)
+    assert len(points) == 2 * len(STEP_FACTS) * 3 and points[:2] == ["point@before-write#1", "point@after-sync#1"]
+    failing = {}
+    for i, point in enumerate(points):
+        case = run_probe_case(PROGRAM, point, tmp_path, baseline=baseline, name=f"k{i}")
+        if not case.passed or case.run.faults[0].signal != "SIGKILL":
+            failing[point] = case.problems
+    assert failing == {}
 
 
 @pytest.mark.parametrize("bug, point, prop, says", [
