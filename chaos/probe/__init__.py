@@ -285,13 +285,18 @@ def _probe_cursor_class(base: type) -> type:
     return _CLASSES[base]
 
 
-def _connect(database, *args, factory=None, **kwargs):
-    base = factory or sqlite3.Connection
+_CONNECT_ARGS = ("timeout", "detect_types", "isolation_level", "check_same_thread", "factory", "cached_statements",
+                 "uri")  # sqlite3.connect's positional parameters after `database`
+
+
+def _connect(database, *args, **kwargs):
+    kwargs.update(zip(_CONNECT_ARGS, args))  # a factory given by position is still the program's factory
+    base = kwargs.pop("factory", None) or sqlite3.Connection
     if base not in _CLASSES:
         _CLASSES[base] = _probe_connection_class(base)
     # Cached statements are not prepared again, so the authorizer would miss the tables of a reused statement.
     kwargs["cached_statements"] = 0
-    return _ORIGINAL["sqlite3.connect"](database, *args, factory=_CLASSES[base], **kwargs)
+    return _ORIGINAL["sqlite3.connect"](database, factory=_CLASSES[base], **kwargs)
 
 
 # ---- os and files -----------------------------------------------------------------------------------------------

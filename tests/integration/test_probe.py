@@ -123,8 +123,8 @@ def test_failed_commit_and_cuts_that_mean_nothing(tmp_path, baseline):
 
 
 def test_every_commit_path_of_sqlite3_is_announced(tmp_path):
-    """commit(), `with conn:`, a COMMIT statement through a cursor and executescript are barriers naming the tables
-    written, and a program's own authorizer still runs."""
+    """commit(), `with conn:`, a COMMIT statement through a cursor, executescript and a connection of the program's
+    own factory are barriers naming the tables written, and a program's own authorizer still runs."""
     program_file = tmp_path / "commits.py"
     program_file.write_text(textwrap.dedent("""
         import sqlite3, sys
@@ -140,13 +140,18 @@ def test_every_commit_path_of_sqlite3_is_announced(tmp_path):
         conn.execute("INSERT INTO a VALUES (3)")
         conn.executescript("INSERT INTO b VALUES (4);")
         assert seen, "the program's authorizer was not called"
+        class Mine(sqlite3.Connection):
+            pass
+        other = sqlite3.connect(sys.argv[1], 5.0, 0, "DEFERRED", True, Mine)  # the factory given by position
+        assert isinstance(other, Mine)
+        other.execute("INSERT INTO b VALUES (5)"); other.commit()
     """))
     program = ProbeProgram("commits", (str(program_file), "{case}/db.sqlite"), vocabulary(("a", "b")),
                            properties=("completes",), max_launches=1)
     case = run_probe_case(program, (), tmp_path)
     assert case.run.verdict == "exit:0", case.run.detail
     assert [b.facts for b in case.run.barriers if b.phase == "before-write"] == [
-        ["commit", "a"], ["commit", "b"], ["commit", "a", "b"], ["commit", "a"]]
+        ["commit", "a"], ["commit", "b"], ["commit", "a", "b"], ["commit", "a"], ["commit", "b"]]
 
 
 def test_each_thread_has_its_own_barrier_stream(tmp_path):
