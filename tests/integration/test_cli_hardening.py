@@ -229,7 +229,7 @@ class TestOneCampaignPerDirectory:
         lock = out / "c" / LOCK
         try:
             deadline = time.monotonic() + 60
-            while not (lock.exists() and lock.read_text()):
+            while not (lock.exists() and lock.read_text() and (out / "c" / "campaign.json").exists()):
                 assert time.monotonic() < deadline and first.poll() is None, "the campaign never took its lock"
                 time.sleep(0.01)
             second = subprocess.run([sys.executable, "-m", "chaos", "campaign", "--resume", str(out / "c")],
