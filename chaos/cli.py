@@ -432,11 +432,14 @@ def _campaign_usage(lines: list[str]) -> None:
               help="wall-clock limit per case, seconds")
 @click.option("--no-replay", is_flag=True,
               help="plan order only: do not run first the cases that failed or were flaky in earlier runs under --out")
+@click.option("--launcher-check", is_flag=True,
+              help="run a sample of the scenarios' cases (one per fault action and per kill point kind) under both "
+                   "launchers and fail when a verdict or transcript differs (chaos/launchercheck.py)")
 def campaign_command(scenarios, mode, depth, faults, seed, case_count, duration, max_faults, budget, workers, shard,
                      fail_fast, pinned_only, target_file, agent_bugs, planner_cmd, planner_scope, launcher, agent_config,
                      tags,
                      list_only, nightly, name, out, cache, resume_dir, keep, no_shrink, case_timeout,
-                     no_replay) -> None:
+                     no_replay, launcher_check) -> None:
     """Run many cases in parallel: with no arguments, every bundled scenario at every kill point (exhaustive, depth 1).
 
     Exit 0 when every planned case ran and held (flaky cases are reported, not failed), 1 when a failure
@@ -472,6 +475,13 @@ def campaign_command(scenarios, mode, depth, faults, seed, case_count, duration,
         )
         if nightly:
             cp.nightly(options)
+        if launcher_check:
+            from chaos.launchercheck import run_check
+
+            check = run_check(options, say=lambda line: click.echo(line, err=True), workers=workers or None)
+            for line in check.lines():
+                click.echo(line)
+            raise SystemExit(0 if check.ok else 1)
         if resume_dir is not None:
             # The stored options rule on resume: a changed one is refused in one line, never silently ignored.
             problems = cp.resume_conflicts(cp.stored_options(resume_dir), options, explicit)

@@ -1039,7 +1039,7 @@ def _state_after_launch(ev: Evidence, launch: int) -> State:
 
 
 def converges(ev: Evidence) -> InvariantResult:
-    """Final state idle, or blocked with a justified reason; every blocked exit justified; resume twice more changes
+    """Final state idle, or blocked with a justified reason; every blocked exit justified; one more resume changes
     nothing."""
     findings: list[Finding] = []
     checked: list[str] = []
