@@ -449,7 +449,9 @@ class Reporter:
         now = time.monotonic()
         if self.done % self._step == 0 or now - self._last > 10 or self.done == self.total:
             self._last = now
-            self.write(self.line())
+            line = self.line()
+            if line:  # a quiet reporter (chaos.mutants) has no progress line
+                self.write(line)
 
     def rate(self) -> float:
         elapsed = time.monotonic() - self.t0

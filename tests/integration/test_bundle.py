@@ -165,7 +165,8 @@ class _Quiet:
     """A campaign reporter that prints nothing (the test asserts on the files)."""
 
     def message(self, text): pass
-    def start(self, total, done, failures): pass
+    def start(self, total, done, failures, what="cases"): pass
+    def job(self): pass
     def case(self, record): pass
     def stop(self): pass
 
