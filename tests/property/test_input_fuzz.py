@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -160,6 +159,12 @@ SCENARIO_DATA = [_parsed(s) for s in SEEDS]
 # Checks
 
 
+@pytest.fixture(scope="module")
+def private_dir(tmp_path_factory) -> Path:
+    """A directory of this module's own for the files the loaders read (parallel runs never share one)."""
+    return tmp_path_factory.mktemp("fuzz-files")
+
+
 def check_scenario_text(text: str) -> None:
     """``parse_scenario`` returns a Scenario or raises ScenarioError with one-line messages; nothing else."""
     try:
@@ -176,10 +181,10 @@ class TestScenarioLoader:
         check_scenario_text(text)
 
     @FUZZ
-    @given(mutated_bytes(SEEDS))
-    def test_mutated_library_files(self, data):
+    @given(data=mutated_bytes(SEEDS))
+    def test_mutated_library_files(self, data, private_dir):
         """Byte-level mutations of the bundled scenarios, loaded from a file, give a Scenario or ScenarioError."""
-        path = Path(tempfile.gettempdir()) / "killpoint-fuzz-scenario.toml"
+        path = private_dir / "fuzz.toml"
         path.write_bytes(data)
         try:
             load_scenario(path)
@@ -201,14 +206,14 @@ class TestScenarioLoader:
 
 class TestTargetLoader:
     @FUZZ
-    @given(mutated_bytes([TARGET_EXAMPLE, MINIMAL_TARGET]) | st.binary(max_size=200)
+    @given(data=mutated_bytes([TARGET_EXAMPLE, MINIMAL_TARGET]) | st.binary(max_size=200)
            | st.dictionaries(st.sampled_from(["name", "kind", "protocol", "command", "launch", "env", "exits",
                                               "configuration_flags", "planner_command", "planner_scope",
                                               "invariants", "effects", "model", "launcher", "preload"]) | TEXT,
                              STRUCTURES, max_size=6).map(lambda t: toml_document(t).encode("utf-8")))
-    def test_random_and_mutated_target_files(self, data):
+    def test_random_and_mutated_target_files(self, data, private_dir):
         """Random bytes, mutated example targets and random structures give a Target or TargetError lines."""
-        path = Path(tempfile.gettempdir()) / "killpoint-fuzz-target.toml"
+        path = private_dir / "target.toml"
         path.write_bytes(data)
         try:
             assert isinstance(load_target(path), Target)
