@@ -40,7 +40,9 @@ does not.
 
 Invariant protected: a scenario that loads is internally consistent (distinct prompts, so the scripted server can
 identify a run from a request; provider call ids unique, so effects and results are attributable; tools, fault
-texts, outcomes and conditions well-formed). Errors come as ``file:line: field: message`` lines, one per problem.
+texts, outcomes and conditions well-formed; scripted arguments given as a table fit the tool's argument schema,
+``BUNDLED_TOOL_SCHEMAS`` or a target's own; no turn follows a stop answer in its run, where it could never be
+requested). Errors come as ``file:line: field: message`` lines, one per problem.
 
 It does not run anything, does not know the agent's transaction layout, and evaluates conditions only on a reduced
 state handed to it. pydantic is imported here and nowhere on a hot path: the CLI and the pytest plugin import this
