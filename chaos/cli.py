@@ -382,8 +382,8 @@ def show_command(log: str) -> None:
 
     try:
         lines = show_file(log)
-    except OSError as exc:
-        _fail_usage([f"chaos show: {log}: {exc.strerror or exc}"])
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        _fail_usage([f"chaos show: {log}: {getattr(exc, 'strerror', None) or exc}"])
     for line in lines:
         click.echo(line)
 

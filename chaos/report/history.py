@@ -352,6 +352,8 @@ def rebuild(out: str | Path) -> dict[str, Any]:
     from chaos.journal import JOURNAL, JournalError, read_campaign, read_journal
 
     out = Path(out)
+    if not out.is_dir():  # never created by a typo: a history lives in an --out directory that exists
+        raise ValueError(f"{out}: not a directory (give the --out directory of earlier campaigns)")
     found = []
     for campaign_json in sorted(out.glob("*/campaign.json")):
         directory = campaign_json.parent

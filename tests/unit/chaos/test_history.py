@@ -154,3 +154,15 @@ class TestFiles:
         assert sorted(r["campaign"] for r in history["runs"]) == sorted(r.name for r in results)
         assert json.loads((tmp_path / "history.json").read_text())["format"] == "killpoint-history/1"
         assert "killpoint history" in (tmp_path / "index.html").read_text()
+
+
+def test_report_history_on_a_missing_directory_is_one_line_and_creates_nothing(tmp_path):
+    """`chaos report history` of a path that does not exist says so in one line, exit 2, and leaves no directory."""
+    import subprocess
+    import sys
+
+    missing = tmp_path / "no-such-out"
+    done = subprocess.run([sys.executable, "-m", "chaos.cli", "report", "history", str(missing)], capture_output=True,
+                          text=True, check=False)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "not a directory" in done.stderr
+    assert not missing.exists()
