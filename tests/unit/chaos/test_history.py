@@ -82,6 +82,8 @@ class TestChanges:
         [again] = four[NEW]
         assert again["seenBefore"]
         assert history["runs"][1]["target"] == "bundled AGENT_BUGS=stale-assistant-calls"
+        page = render_index(history, title="out")  # every run's row counts its changes
+        assert page.count('<span class="pill fail">new 1</span>') == 2 and '<span class="pill pass">fixed 1</span>' in page
 
     def test_still_failing_names_the_first_run_of_the_streak(self):
         """A failure in two runs in a row is still failing, since the first of them."""
