@@ -346,7 +346,9 @@ def parse_duration(text: str) -> float:
 
 def name_problem(name: str) -> str | None:
     """Why ``--name`` cannot name a directory inside ``--out`` (a path separator, ``.``/``..``, a NUL), or None."""
-    if "/" in name or os.sep in name or (os.altsep and os.altsep in name) or name in (".", "..") or "\0" in name:
+    seps = "/" + os.sep + (os.altsep or "")
+    plain = name.rstrip(seps)  # a trailing slash (a shell's directory completion) still names a directory in --out
+    if (name and not plain) or any(s in plain for s in seps) or plain in (".", "..") or "\0" in name:
         return f"--name {name!r}: must be a plain directory name inside --out (no '/', not '.' or '..')"
     return None
 

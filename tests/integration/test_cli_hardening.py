@@ -118,13 +118,19 @@ class TestOutAndName:
         finally:
             locked.chmod(0o700)
 
-    @pytest.mark.parametrize("name", ["../../x", "a/b", "..", "."])
+    @pytest.mark.parametrize("name", ["../../x", "a/b", "..", ".", "/", "../"])
     def test_name_must_stay_inside_out(self, tmp_path, name):
         """A --name with a path separator, '.' or '..' is refused with one line; nothing is created."""
         out = tmp_path / "deep" / "out"
         line = one_line_error(["campaign", GREETING, "--out", out, "--name", name])
         assert line.startswith(f"--name {name!r}: must be a plain directory name inside --out")
         assert not (tmp_path / "x").exists() and not out.exists()
+
+    def test_a_trailing_slash_still_names_a_directory_inside_out(self):
+        """`--name shard-1/` (a shell's directory completion) is the directory shard-1 inside --out: accepted."""
+        from chaos.campaign import name_problem
+
+        assert name_problem("shard-1/") is None and name_problem("") is None
 
     def test_mutants_name_must_stay_inside_out(self, tmp_path):
         """`chaos mutants --name ../../x` is refused the same way."""
