@@ -71,7 +71,7 @@ def failure_details(results: Sequence[CaseResult]) -> Group:
                               f"{r.divergence['signature']}", style="bold"))
         if not r.failed:
             parts.append(Text(f"  {r.detail}"))
-        elif r.detail:
+        elif "stderr:" in r.detail:  # an unsettled exit explained by the agent's last words (chaos.case)
             parts.append(Text(f"  supervisor: {r.detail}"))
         for inv in r.failed:
             parts.append(Text(f"  {inv.name}:", style="bold"))
