@@ -36,7 +36,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -256,8 +256,9 @@ class RecordedRequest:
     finding: str | None
 
     def to_json(self) -> dict:
-        """A JSON-serialisable dict (one line of the request log)."""
-        return asdict(self)
+        """A JSON-serialisable dict (one line of the request log). Shallow: the body is already plain JSON data and
+        is never mutated, and ``asdict`` would deep-copy every request's transcript (~1.5 ms each, per case)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 class _Route:

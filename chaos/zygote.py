@@ -230,6 +230,7 @@ def serve(fd: int, preload: Sequence[str]) -> int:
                                  "one: their locks could be held in every child)"})
         return 1
     zygote_pid = os.getpid()
+    # No gc.freeze() here: measured, it made a forked launch slower (5.0 ms vs 3.7 ms to run `agent bugs`).
     _send(sock, {"ready": zygote_pid})
     buffer = b""
     try:
