@@ -56,7 +56,7 @@ from typing import Any
 from chaos.cache import BaselineCache
 from chaos.errors import ChaosError
 from chaos.files import write_json
-from chaos.report import CaseReport
+from chaos.report import CaseReport, case_record
 from chaos.report.summary import deduplicate
 from chaos.journal import (
     CAMPAIGN,
@@ -998,11 +998,11 @@ def _error_record(job: tuple, status: str, payload: Any) -> dict[str, Any]:
         scenario, schedule = spec.scenario, list(spec.schedule) + [str(f) for f in spec.llm]
     except ChaosError:
         scenario, schedule = cid.partition("::")[0], []
-    return {"id": cid, "scenario": scenario, "schedule": schedule, "origin": args[1], "index": args[2],
-            "first": schedule[0] if schedule else "", "status": ERROR, "verdict": status,
-            "detail": str(payload).strip().splitlines()[-1] if payload else status, "harness_error": str(payload),
-            "failures": [], "duration": 0.0, "kills": 0, "restarts": 0, "reached": [], "fired": False, "rules": [],
-            "keys": [], "minimal": None, "case_dir": None, "run": None, "tags": []}
+    return case_record(id=cid, scenario=scenario, schedule=schedule, origin=args[1], index=args[2],
+                       first=schedule[0] if schedule else "", status=ERROR, verdict=status,
+                       detail=str(payload).strip().splitlines()[-1] if payload else status, harness_error=str(payload),
+                       failures=[], duration=0.0, kills=0, restarts=0, reached=[], fired=False, rules=[], keys=[],
+                       minimal=None, case_dir=None, run=None, tags=[])
 
 
 def stored_options(directory: str | Path) -> CampaignOptions:

@@ -40,6 +40,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
+from chaos.report import case_record
 from chaos.status import ERROR, FAIL, FLAKY, NOT_REACHED, PASS
 
 _PR_SET_PDEATHSIG = 1
@@ -364,14 +365,14 @@ def run_case_job(ctx: Context, case_id: str, origin: str, index: int) -> dict[st
     common = [i for i in first.invariants if i in again.invariants]
     if not common:
         record["status"] = FLAKY
-        return record
+        return case_record(**record)
     if ctx.config.shrink:
         record.update(_shrink(ctx, spec, common[0], slug))
         if record["minimal_id"] == spec.id:  # already minimal: the first run's directory is the minimal case's
             record["minimal_case_dir"], record["minimal_reached"] = record["case_dir"], record["reached"]
     minimal = spec_from_id(record["minimal_id"], origin="shrunk") if record.get("minimal_id") else spec
     record["keys"] = failure_keys(record["failures"], minimal, record.get("minimal_reached") or record["reached"])
-    return record
+    return case_record(**record)  # checked again: the re-run and shrinking filled their fields
 
 
 def launcher_check_job(ctx: Context, case_id: str, origin: str, index: int) -> dict[str, Any]:
@@ -446,7 +447,7 @@ def _record(ctx: Context, spec, outcome: Outcome) -> dict[str, Any]:
     result, run = outcome.result, outcome.run
     landed = reached(run)
     restarts = sum(1 for l in run.launches if l.role in ("resume", "dresume"))
-    record: dict[str, Any] = {
+    return case_record(**{
         "id": spec.id,
         "scenario": spec.scenario,
         "schedule": list(spec.schedule) + [str(f) for f in spec.llm],
@@ -473,8 +474,7 @@ def _record(ctx: Context, spec, outcome: Outcome) -> dict[str, Any]:
         "minimal": None,
         "keys": failure_keys(outcome.failures, spec, landed),
         "run": run.to_json() if outcome.status == FAIL else None,
-    }
-    return record
+    })
 
 
 # --------------------------------------------------------------------------------------------------------------

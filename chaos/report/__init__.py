@@ -79,6 +79,25 @@ class CaseReport:
     # Shrinking stopped before the schedule was minimal (its call budget, or the campaign's --budget): ``minimal`` is
     # the best schedule found so far, and every rendering says so.
     shrink_cut_short: bool = False
+    # What the campaign engine knows of the case beyond its verdict (chaos.workers): how it was planned, where its
+    # faults landed, its re-run and shrinking, what ran it. A journal line is exactly ``to_json()`` of this record.
+    origin: str = ""  # the schedule policy that planned it (exhaustive, torn, depth2, random, pinned, shrunk)
+    index: int = 0
+    first: str | None = None  # depth 2: the first fault
+    launches: int = 0
+    requests: int = 0
+    reached: list[dict[str, Any]] = field(default_factory=list)  # where each fired fault landed (canonical names)
+    fired: bool = True  # every fault of the schedule fired
+    case_dir: str | None = None  # kept case directory, relative to the campaign directory
+    bugs: list[str] = field(default_factory=list)
+    target: str = ""  # chaos.target.Target.label()
+    rerun: dict[str, Any] | None = None  # the re-run of a failure: status, invariants, case_dir
+    shrink: dict[str, Any] | None = None  # invariant, calls, steps, exhausted (cut short)
+    minimal_id: str | None = None
+    minimal_case_dir: str | None = None
+    minimal_reached: list[dict[str, Any]] | None = None
+    harness_error: str | None = None  # an error record: what the harness could not do
+    finished_at: float | None = None  # wall-clock time the journal line was written
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -114,6 +133,7 @@ class CaseReport:
             "keys": self.keys,
             "divergence": self.divergence,
             "shrink_cut_short": self.shrink_cut_short,
+            **{name: getattr(self, name) for name in _ENGINE_FIELDS},
         }
 
     @classmethod
@@ -122,6 +142,21 @@ class CaseReport:
         data["failures"] = [InvariantFailure.from_json(f) for f in data.get("failures") or []]
         known = cls.__dataclass_fields__
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+_ENGINE_FIELDS = ("origin", "index", "first", "launches", "requests", "reached", "fired", "case_dir", "bugs", "target",
+                  "rerun", "shrink", "minimal_id", "minimal_case_dir", "minimal_reached", "harness_error",
+                  "finished_at")
+
+
+def case_record(**fields: Any) -> dict[str, Any]:
+    """A journal line: the fields given, checked and completed as a ``CaseReport`` (status in the enum, a failure
+    named for a failed case, nothing the record type does not know), then its JSON. The one way the engine writes a
+    case record; every reader (campaign, reports, history, bundles, mutants, the plugin) reads this shape."""
+    unknown = set(fields) - set(CaseReport.__dataclass_fields__)
+    if unknown:  # a field the record type does not declare would be dropped silently: a defect of the engine
+        raise ValueError(f"case record: unknown field(s) {', '.join(sorted(unknown))}")
+    return CaseReport.from_json(fields).to_json()
 
 
 @dataclass

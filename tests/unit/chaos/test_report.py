@@ -23,6 +23,7 @@ from chaos.report import (
     CampaignReport,
     CaseReport,
     InvariantFailure,
+    case_record,
     write_reports,
 )
 from chaos.report import timeline as tl
@@ -412,3 +413,24 @@ def test_read_plans_from_agent_stderr(tmp_path: Path):
     assert read_plans(run) == [{"launch": 1, "plan": {"type": "finish", "outcome": "completed"}},
                                {"launch": 1, "plan": {"type": "blocked", "reason": "environment_changed"}}]
     assert read_plans({"launches": [{"index": 0, "stderr": str(tmp_path / "missing")}]}) == []
+
+
+class TestCaseRecord:
+    def test_a_journal_line_is_a_case_report(self):
+        """case_record checks and completes a record as a CaseReport and returns exactly its JSON."""
+        line = case_record(id="s::a@after-sync#1", scenario="s", schedule=["a@after-sync#1"], status="pass",
+                           origin="exhaustive", index=3, reached=[{"point": "a@after-sync#1"}], target="bundled")
+        assert line == CaseReport.from_json(line).to_json()
+        assert (line["origin"], line["index"], line["target"], line["failures"]) == ("exhaustive", 3, "bundled", [])
+
+    def test_a_field_the_record_does_not_know_is_refused(self):
+        """A field the record type does not declare is an error, never silently dropped."""
+        with pytest.raises(ValueError, match="unknown field"):
+            case_record(id="s::x", scenario="s", schedule=[], status="pass", surprise=1)
+
+    def test_a_status_outside_the_enum_or_a_nameless_failure_is_refused(self):
+        """The status must be one of the enum; a failed case must name its invariant."""
+        with pytest.raises(ValueError):
+            case_record(id="s::x", scenario="s", schedule=[], status="passed")
+        with pytest.raises(ValueError):
+            case_record(id="s::x", scenario="s", schedule=[], status="fail")
