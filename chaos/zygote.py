@@ -147,7 +147,7 @@ def _flush() -> None:
             pass
 
 
-def _sweep(children: set[int]) -> None:
+def _sweep(children: Mapping[int, int]) -> None:
     """SIGKILL every process of the children's sessions and every descendant of the zygote (subreaper orphans)."""
     me = os.getpid()
     for _ in range(50):
@@ -171,12 +171,13 @@ def _sweep(children: set[int]) -> None:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
-        _reap(set())
+        _reap({})
         time.sleep(0.01)
 
 
-def _reap(children: set[int], sock: socket.socket | None = None) -> None:
-    """Reap every exited child (ours and reparented orphans); report ours to the launcher."""
+def _reap(children: dict[int, int], sock: socket.socket | None = None) -> None:
+    """Reap every exited child (ours and reparented orphans); report ours to the launcher, by launch id: a pid is
+    reused once reaped (pid_max is 32,768 here, and a nightly forks more processes than that), the id never is."""
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -185,10 +186,10 @@ def _reap(children: set[int], sock: socket.socket | None = None) -> None:
         if pid == 0:
             return
         if pid in children:
-            children.discard(pid)
+            launch = children.pop(pid)
             if sock is not None:
                 try:
-                    _send(sock, {"exit": pid, "status": os.waitstatus_to_exitcode(status)})
+                    _send(sock, {"exit": pid, "id": launch, "status": os.waitstatus_to_exitcode(status)})
                 except OSError:
                     pass
 
@@ -202,7 +203,7 @@ def serve(fd: int, preload: Sequence[str]) -> int:
         return 1
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the campaign's to handle
-    children: set[int] = set()
+    children: dict[int, int] = {}  # pid -> launch id, until reaped
     stop = False
 
     def on_term(signum, frame):  # noqa: ARG001 - signal API
@@ -266,10 +267,10 @@ def serve(fd: int, preload: Sequence[str]) -> int:
                         _become(request, zygote_pid, out, err)
                     os.close(out)
                     os.close(err)
-                    children.add(pid)
+                    children[pid] = request["id"]
                     _send(sock, {"id": request["id"], "pid": pid})
     finally:
-        _sweep(set(children))
+        _sweep(dict(children))
         _reap(children)
     return 0
 
@@ -299,7 +300,7 @@ class ZygoteLauncher:
         self.python = python
         self.exec = SubprocessLauncher()
         self.fallback: str | None = None
-        self._status: dict[int, int] = {}
+        self._status: dict[int, int] = {}  # launch id -> exit status (never by pid: pids are reused)
         self._replies: dict[int, dict] = {}
         self._next = 0
         self._buffer = b""
@@ -361,7 +362,7 @@ class ZygoteLauncher:
                 line, self._buffer = self._buffer.split(b"\n", 1)
                 message = json.loads(line)
                 if "exit" in message:
-                    self._status[message["exit"]] = message["status"]
+                    self._status[message["id"]] = message["status"]
                 elif "id" in message:
                     self._replies[message["id"]] = message
                 if done(message):
@@ -383,11 +384,11 @@ class ZygoteLauncher:
         """Record whatever the zygote has said (exit statuses) within ``timeout`` seconds."""
         self._read_until(lambda m: False, timeout)
 
-    def status(self, pid: int, timeout: float = 0.0) -> int | None:
-        """The exit status of child ``pid`` once the zygote reaped it (waiting up to ``timeout``)."""
-        if pid not in self._status and timeout >= 0:
-            self._read_until(lambda m: m.get("exit") == pid, timeout)
-        return self._status.get(pid)
+    def status(self, launch: int, timeout: float = 0.0) -> int | None:
+        """The exit status of launch ``launch`` (its id) once the zygote reaped it (waiting up to ``timeout``)."""
+        if launch not in self._status and timeout >= 0:
+            self._read_until(lambda m: "exit" in m and m.get("id") == launch, timeout)
+        return self._status.get(launch)
 
     # ---- launching --------------------------------------------------------------------------------------------
 
@@ -410,15 +411,16 @@ class ZygoteLauncher:
             self.fallback = "the zygote stopped answering"
             self.close()
             return self.exec.launch(argv, env, cwd, stdout, stderr)
-        return ZygoteProcess(self, reply["pid"])
+        return ZygoteProcess(self, reply["pid"], request["id"])
 
 
 class ZygoteProcess:
     """``chaos.process.AgentProcess`` for a child of the zygote: watched and signalled through a pidfd (never by a
     bare pid, which could be recycled once the zygote has reaped it); its exit status comes from the zygote."""
 
-    def __init__(self, launcher: ZygoteLauncher, pid: int):
+    def __init__(self, launcher: ZygoteLauncher, pid: int, launch: int):
         self.launcher = launcher
+        self.launch = launch  # the launch id: exit statuses are reported by it, never by the reusable pid
         self.pid = pid
         self.session_id = pid
         try:
@@ -435,10 +437,10 @@ class ZygoteProcess:
 
     def poll(self) -> int | None:
         if self.returncode is None:
-            code = self.launcher.status(self.pid, 0.0)
+            code = self.launcher.status(self.launch, 0.0)
             if code is None and self._exited(0.0):
                 # Exited: the zygote reaps on SIGCHLD and reports within milliseconds.
-                code = self.launcher.status(self.pid, 5.0)
+                code = self.launcher.status(self.launch, 5.0)
             self.returncode = code
         return self.returncode
 

@@ -81,6 +81,17 @@ class TestStatuses:
         if args == ("raise",):
             assert "RuntimeError: boom" in err.read_text()
 
+    def test_a_reused_pid_never_inherits_an_old_launchs_status(self, zygote, tmp_path):
+        """Statuses are keyed by launch, not pid: once a pid is reaped and reused (pid_max wraps in a nightly), the
+        new process is not taken for the old one that exited."""
+        from chaos.zygote import ZygoteProcess
+
+        old, _, _ = launch(zygote, tmp_path, "exit", "9")
+        assert old.wait(20) == 9
+        # A later launch given the same pid (what the kernel does after a wrap) has its own launch id.
+        reused = ZygoteProcess(zygote, old.pid, launch=old.launch + 1000)
+        assert reused.poll() is None  # keyed by pid, this said 9 (its zygote never reported such a launch)
+
     def test_a_killed_child_reports_the_signal_and_its_session_is_swept(self, zygote, tmp_path):
         """kill_session SIGKILLs the child and its grandchild; the zygote reports -9."""
         proc, out, _ = launch(zygote, tmp_path, "sleep", "30")
