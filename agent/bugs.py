@@ -67,6 +67,13 @@ def from_environ(environ: Mapping[str, str]) -> frozenset[str]:
     return parse_bugs(environ.get(ENV_VAR))
 
 
+def as_json() -> list[dict]:
+    """The machine-readable listing a harness asks a target for (``bugs --json``, ``describe``): one object per
+    switch, ``{"name", "layer": "planner"|"executor", "description"}``, in listing order."""
+    return [{"name": name, "layer": "planner" if name in PLANNER_BUGS else "executor", "description": text}
+            for name, text in BUGS.items()]
+
+
 def listing() -> str:
     """The text of ``python -m agent bugs``: one line per switch, ``name  [layer]  description``."""
     width = max(len(name) for name in BUGS)

@@ -287,8 +287,7 @@ def _cmd_bugs(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
 
     if args.json:
         # The machine-readable listing a harness asks a target for (instead of importing agent.bugs).
-        _emit([{"name": name, "layer": "planner" if name in bug_switches.PLANNER_BUGS else "executor",
-                "description": description} for name, description in bug_switches.BUGS.items()])
+        _emit(bug_switches.as_json())
         return EXIT_OK
     sys.stdout.write(bug_switches.listing())
     sys.stdout.flush()

@@ -28,7 +28,6 @@ def describe(args, environ: Mapping[str, str]) -> dict:
     from agent import bugs as bug_switches
     from agent import config as agent_config
     from agent.provider import SUMMARY_SYSTEM_PROMPT
-    from agent.session.planner import PLANNER_BUGS
     from agent.tools import TOOL_NAMES, definition
 
     config = agent_config.load_config(
@@ -40,8 +39,7 @@ def describe(args, environ: Mapping[str, str]) -> dict:
         "tools": [definition(name) for name in TOOL_NAMES],
         "summarySystemPrompt": SUMMARY_SYSTEM_PROMPT,
         "current": agent_config.current_configuration(config),
-        "bugs": [{"name": name, "layer": "planner" if name in PLANNER_BUGS else "executor", "description": text}
-                 for name, text in bug_switches.BUGS.items()],
+        "bugs": bug_switches.as_json(),
     }
 
 

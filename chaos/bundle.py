@@ -128,12 +128,14 @@ def write_bundle(
     seed: int | None = None,
     command_line: Sequence[str] | None = None,
     versions: Mapping[str, Any] | None = None,
+    divergence: Mapping[str, Any] | None = None,
 ) -> Path:
     """Assemble the bundle of one failing case at ``dest`` from its kept case directory; return ``dest``.
 
     ``case_dir`` is the directory ``chaos.case`` kept for the case whose ``schedule`` (the minimal one, after
     shrinking) failed with ``failures`` (``chaos.oracle.InvariantResult``s, ``chaos.report.InvariantFailure``s or
-    their dicts). ``target`` is the ``chaos.target.Target`` it ran. ``dest`` is replaced if it exists.
+    their dicts). ``target`` is the ``chaos.target.Target`` it ran. ``divergence``: the first divergence to show when
+    the kept run did not compute its own (a shrunk case: the campaign record's). ``dest`` is replaced if it exists.
     """
     from chaos.report.summary import versions as current_versions
 
@@ -196,7 +198,7 @@ def write_bundle(
         "schedule": list(schedule),
         "invariants": list(dict.fromkeys(f["invariant"] for f in failures_json)),
         "failures": failures_json,
-        "divergence": result.get("divergence"),
+        "divergence": result.get("divergence") or divergence,
         "verdict": result.get("verdict", run.get("verdict")),
         "detail": result.get("detail", run.get("detail")),
         "target": spec,

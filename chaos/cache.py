@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from chaos.files import publish
+from chaos.files import publish, write_atomic
 from chaos.target import Target
 
 CACHE_FORMAT = 1  # bump when what a cache file holds (or how it is computed) changes
@@ -50,6 +50,11 @@ class BaselineCache:
             return None
 
     def publish(self, stem: str, value: Any) -> Any:
-        """Store ``value`` unless another process already did; return what the cache holds."""
+        """Store ``value`` unless another process already did; return what the cache holds. An entry that is there
+        but unreadable (a truncated file from a crashed machine) is replaced by ``value``."""
         publish(self.path(stem), json.dumps(value, sort_keys=True))
-        return self.load(stem)
+        held = self.load(stem)
+        if held is None:
+            write_atomic(self.path(stem), json.dumps(value, sort_keys=True))
+            return value
+        return held

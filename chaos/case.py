@@ -187,9 +187,14 @@ _launchers: dict[tuple, Launcher] = {}
 
 def shared_launcher(target: Target) -> Launcher:
     """This process's launcher for ``target`` (``chaos.zygote.launcher_for``: a warm zygote where the target
-    allows one, else exec), started on first use and stopped at exit; one per (process, module, preload)."""
+    allows one, else exec), started on first use and stopped at exit; one per (process, module, preload). A zygote
+    that died (killed from outside) is replaced by a new one, once per case at most, with a warning."""
     key = (os.getpid(), target.zygote_module(), target.preload)
     with _server_lock:
+        old = _launchers.get(key)
+        if old is not None and getattr(old, "died", False):
+            print(f"killpoint: {old.fallback}; starting a new zygote", file=sys.stderr)
+            del _launchers[key]
         if key not in _launchers:
             from chaos.zygote import launcher_for
 
@@ -400,8 +405,10 @@ def run_baseline(scenario, *, work_dir: Path | str, target: Target = Target(), s
 
 
 def execute_case(scenario, schedule, *, work_dir: Path, target: Target, baseline, server, limits, probes: int,
-                 keep: str, name: str | None) -> tuple[CaseResult, oracle.Evidence | None, CaseRun]:
-    """``run_case`` with everything it saw: (result, the oracle's evidence or None when not judged, the CaseRun)."""
+                 keep: str, name: str | None, diagnose: bool = True) -> tuple[CaseResult, oracle.Evidence | None, CaseRun]:
+    """``run_case`` with everything it saw: (result, the oracle's evidence or None when not judged, the CaseRun).
+    ``diagnose=False`` skips the first divergence of a failure (one ``plan`` process per kill): shrink candidates
+    and discovery runs need only the verdict."""
     t0 = time.monotonic()
     faults = parse_schedule(schedule) if isinstance(schedule, str) else parse_schedule(list(schedule))
     cid = case_id(scenario.name, faults)
@@ -468,7 +475,7 @@ def execute_case(scenario, schedule, *, work_dir: Path, target: Target, baseline
         result.invariants = [r for r in oracle.check(evidence) if r.name in target.invariants]
         settled = run.verdict.startswith("exit:") and int(run.verdict[5:]) in command.settled_exits
         result.status = PASS if settled and all(r.ok for r in result.invariants) else FAIL
-        if result.status == FAIL and target.kind == "contract":
+        if result.status == FAIL and target.kind == "contract" and diagnose:
             # The engineer's first question: which recovery decision went wrong (failing cases only: a few).
             found = first_divergence(target, evidence)
             result.divergence = found.to_json() if found is not None else None

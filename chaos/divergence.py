@@ -30,6 +30,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from chaos.process import run_bounded
+
 PLAN_TIMEOUT = 30.0  # seconds for one `plan` of the implementation
 # The CurrentConfiguration members of SPEC §8.7 (the harness's copy also carries `snapshot`, which `plan` refuses).
 CURRENT_KEYS = ("configurationDigest", "environmentIdentity", "tools")
@@ -214,8 +216,7 @@ def ask_plan(argv_template: Sequence[str], log: bytes, current: Mapping, env: Ma
         current_path.write_text(json.dumps({k: current[k] for k in CURRENT_KEYS if k in current}), encoding="utf-8")
         argv = [w.replace("{log}", str(log_path)).replace("{current}", str(current_path)) for w in argv_template]
         try:
-            proc = subprocess.run(argv, env=dict(env), capture_output=True, timeout=timeout,
-                                  stdin=subprocess.DEVNULL, start_new_session=True)
+            proc = run_bounded(argv, env, timeout)
         except subprocess.TimeoutExpired:
             return None, f"no plan (`{shlex.join(argv[:3])}…` timed out after {timeout:g}s)"
         except OSError as exc:

@@ -10,7 +10,7 @@ supervisor's verdict) or the final transcript (ids renamed, timestamps ignored) 
 The sample, deterministic from the scenarios: the campaign's own case list with every fault action, keeping the
 first case per (scenario, fault action) and per (scenario, kill point kind ``FACT@PHASE``) — so every fault action
 and every kind of durable write of the chosen scenarios is exercised under both launchers; the planner rules those
-cases reach on restart are reported (and compared) too.
+cases reach on restart are reported too.
 
 Not here: the launchers themselves (``chaos.zygote``, ``chaos.process``), the case executor (``chaos.case``).
 """

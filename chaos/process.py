@@ -1,7 +1,7 @@
 """How an agent process is launched, signalled, killed with its whole session, and reaped.
 
-One small interface (``Launcher`` → ``AgentProcess``) so that a later fork-server launcher can replace
-``SubprocessLauncher`` without touching the supervisor. Every agent runs in its own session (``setsid``), so "the
+One small interface (``Launcher`` → ``AgentProcess``): ``SubprocessLauncher`` here (exec), the zygote launcher in
+``chaos.zygote`` (fork from a warm interpreter); the supervisor knows only the interface. Every agent runs in its own session (``setsid``), so "the
 agent and everything it started" is "every process whose session id is the agent's pid" — including the bash tool,
 which runs in its own process group but inside the agent's session.
 
@@ -9,8 +9,8 @@ Invariants protected:
 - ``kill_session`` returns only when every process of the session is gone (dead or a zombie) according to psutil,
   or reports the ones that would not die (``KillReport.survivors``); the kernel releases the session file's flock
   only when its holder is gone, so a restart before that would race the dying writer.
-- One reaping path: the leader is reaped by ``subprocess.Popen`` only (``poll``/``wait``). Reaping it behind Popen's
-  back (``os.waitid``/``os.waitpid``/``psutil.Process.wait`` on our own child) makes Popen report exit 0 for a killed
+- One reaping path per launcher: an exec'd leader is reaped by ``subprocess.Popen`` only (``poll``/``wait``; a
+  zygote's children by the zygote only). Reaping it behind Popen's back (``os.waitid``/``os.waitpid``/``psutil.Process.wait`` on our own child) makes Popen report exit 0 for a killed
   process — a measured fact on these machines.
 
 Not here: what to launch, when to kill (``chaos.supervisor``), the protocol.
@@ -108,6 +108,26 @@ def ensure_agent_bytecode() -> None:
             compileall.compile_dir(list(spec.submodule_search_locations)[0], quiet=2)
     except Exception:  # a read-only install: the agent still runs, only slower to start
         pass
+
+
+def run_bounded(argv: Sequence[str], env: Mapping[str, str], timeout: float,
+                cwd: str | Path | None = None) -> subprocess.CompletedProcess:
+    """Run a short command (a target's answer to a question, an implementation's plan) to completion, output
+    captured, in a session of its own; past ``timeout`` the whole session is SIGKILLed — not only the direct child,
+    as ``subprocess.run`` would — and ``subprocess.TimeoutExpired`` is raised."""
+    proc = subprocess.Popen(list(argv), env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # its own process group, and then whatever else is in its session
+        except OSError:
+            pass
+        kill_processes(lambda: session_members(proc.pid), 5.0, leader_done=lambda: proc.poll() is not None)
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(list(argv), proc.returncode, out, err)
 
 
 # Sessions (= leader pids) this process started by exec and has not closed: what a worker sweeps when it must stop

@@ -37,6 +37,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -69,6 +70,7 @@ LAUNCH_KEYS = tuple(DEFAULT_LAUNCH)
 # What the bundled agent's zygote imports once: `agent.warm`, the agent's own warm-up module (its start path, what a
 # run imports lazily, the built CLI parser; it reads no environment at import).
 BUNDLED_PRELOAD = ("agent.warm",)
+_PLACEHOLDER = re.compile(r"\{(\w+)\}")
 _PLACEHOLDERS = frozenset({"{command}", "{flags}", "{session_dir}", "{workspace}", "{prompt}", "{log}",
                            "{current}", "{session}", "{restart}"})
 
@@ -196,12 +198,9 @@ class Target:
                 out += self.command
             elif word == "{flags}":
                 out += flags
-            elif word in ("{session}", "{restart}"):
-                out.append(word)
             else:
-                for name, value in values.items():
-                    word = word.replace("{" + name + "}", value)
-                out.append(word)
+                # One pass over the template word: a value (a prompt) that itself reads "{workspace}" stays as is.
+                out.append(_PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), word))
         return tuple(out)
 
     def environment(self) -> dict[str, str]:
@@ -258,6 +257,10 @@ class Target:
             "command", "env", "launch", "bugs", "invariants", "settled_exits", "preload")}
         if "preload" in v:
             kwargs["preload"] = tuple(v["preload"] or ())
+        if "launcher" not in v and (v.get("source") or v.get("config")):
+            # A record older than launchers, of a target file: exec, as load_target defaults (never a zygote that
+            # would preload the bundled agent for another program).
+            kwargs["launcher"], kwargs["preload"] = "exec", ()
         if "bundled" in v and "configuration_flags" not in v:  # round-1 agent dict
             kwargs["configuration_flags"] = bool(v["bundled"])
         if "config" in v and "source" not in v:
@@ -436,8 +439,9 @@ def _ask(target: Target, key: str, *, flags: Sequence[str] = (), environ: Mappin
     if memo in _ANSWERS:
         return _ANSWERS[memo]
     try:
-        proc = subprocess.run(list(argv), env=env, capture_output=True, timeout=60, stdin=subprocess.DEVNULL,
-                              cwd=workspace)
+        from chaos.process import run_bounded
+
+        proc = run_bounded(argv, env, 60.0, cwd=workspace)
     except (OSError, subprocess.SubprocessError) as exc:
         raise TargetError(f"target {target.name}: `{shlex.join(argv)}` could not run: {exc}") from None
     if proc.returncode != 0:

@@ -12,7 +12,7 @@ while running job X (OOM kill, a harness bug that segfaults) is not an exception
 
 If the campaign process itself is SIGKILLed, nothing of it may live on. Each worker asks the kernel for
 ``STOP_SIGNAL`` when the campaign dies (``PR_SET_PDEATHSIG``; the campaign is its direct parent); on it the worker
-SIGKILLs every agent session it exec'd and exits at once. Its zygote gets SIGTERM when the worker dies, sweeps every
+SIGKILLs every agent session it exec'd and exits at once. Its zygote gets its own stop signal when the worker dies, sweeps every
 session it forked (and, as a child subreaper, every orphan they left) and exits; forked agents get SIGKILL when the
 zygote dies. So a SIGKILL of the campaign ends the whole tree, a slow bash tool included, in milliseconds.
 
@@ -227,7 +227,7 @@ def discover_recovery(ctx: Context, name: str, first: str) -> dict[str, Any]:
     scenario = ctx.scenario(name)
     result, evidence, run = case.execute_case(scenario, (first,), work_dir=ctx.work / "discovery",
                                               target=ctx.target, baseline=None, server=None, limits=ctx.limits,
-                                              probes=0, keep="none", name=None)
+                                              probes=0, keep="none", name=None, diagnose=False)
     if not run.faults:
         return {"first": first, "reached": False}
     fired = run.faults[0].barrier
@@ -262,7 +262,7 @@ class Outcome:
 
 
 def execute(ctx: Context, spec, *, name: str | None = None, keep: str | None = None, probes: int = 2,
-            target=None) -> Outcome:
+            target=None, diagnose: bool = True) -> Outcome:
     """Run one case spec (kill faults + provider faults) and classify it (``target``: another launcher's variant of
     the worker's target, for the launcher check)."""
     from chaos import case, records
@@ -270,7 +270,7 @@ def execute(ctx: Context, spec, *, name: str | None = None, keep: str | None = N
     scenario, facts = ctx.variant(spec.scenario, spec.llm)
     result, evidence, run = case.execute_case(scenario, spec.schedule, work_dir=ctx.work, target=target or ctx.target,
                                               baseline=facts, server=None, limits=ctx.limits, probes=probes,
-                                              keep=keep or ctx.config.keep, name=name)
+                                              keep=keep or ctx.config.keep, name=name, diagnose=diagnose)
     if ctx.config.corpus and evidence is not None:
         from chaos.corpus import record_evidence
 
@@ -410,7 +410,8 @@ def _shrink(ctx: Context, spec, invariant: str, slug: str) -> dict[str, Any]:
     kept: dict[str, Outcome] = {}
 
     def still_fails(candidate) -> bool:
-        outcome = execute(ctx, candidate, name=f"{shrink_dir}-{len(kept) + 1:02d}")
+        # No first divergence per candidate: the record carries the first run's, and the bundle falls back to it.
+        outcome = execute(ctx, candidate, name=f"{shrink_dir}-{len(kept) + 1:02d}", diagnose=False)
         kept[candidate.id] = outcome
         return invariant in outcome.invariants
 

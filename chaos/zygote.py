@@ -8,8 +8,8 @@ campaign against them would spend nearly all its time importing.
 Shape. ``ZygoteLauncher`` (the harness side, a ``chaos.process.Launcher``) starts the zygote **by exec**
 (``python -m chaos.zygote FD MODULE…``) — never by forking a harness worker, whose scripted-server threads may
 hold locks that a forked child would inherit locked. The zygote imports the preload modules once, then serves
-launch requests over a Unix socket pair (newline-delimited JSON, one request in flight per launcher). For each
-launch it forks one child, which becomes the agent:
+launch requests over a Unix socket pair (newline-delimited JSON, one request in flight: a launcher is used from its
+process's main thread). For each launch it forks one child, which becomes the agent:
 
 - its own argv (``sys.argv``), environment (``os.environ`` replaced), cwd, standard streams (``/dev/null`` and the
   two files), session and process group (``setsid``: the harness kills "the session" as for an exec'd agent);
@@ -24,14 +24,23 @@ launch it forks one child, which becomes the agent:
 The zygote is the **one reaping path** of its children (``waitpid`` on SIGCHLD) and relays each exit status
 (negative = killed by that signal, as ``subprocess`` reports it) to the launcher; the harness never waits on a pid
 it did not fork. It also makes itself a child subreaper, so a process an agent left behind (a bash tool's
-grandchild) is reparented to it, and on SIGTERM or end-of-file it SIGKILLs every process of its children's
-sessions and every descendant before exiting: nothing it started outlives it. It asks for SIGTERM when its own
-parent (the worker) dies, and the worker asks the same of the campaign (chaos.workers), so a SIGKILL of the
-campaign takes everything down in cascade.
+grandchild) is reparented to it, and on its stop signal or end-of-file it SIGKILLs every process of its children's
+sessions and every descendant before exiting: nothing it started outlives it. It asks for ``STOP_SIGNAL`` when its
+own parent (the worker) dies, and the worker asks the same of the campaign (chaos.workers), so a SIGKILL of the
+campaign takes everything down in cascade. It runs in a session of its own, so a SIGTERM or Ctrl-C sent to the
+campaign's process group does not cut its running agents short (the campaign stops cleanly). If it dies anyway,
+its children read as SIGKILLed (they were: their parent-death signal), the launcher says so once and launches go
+by exec until ``chaos.case.shared_launcher`` starts a new zygote for the next case.
 
 Which preloads are safe. A module that reads the environment *at import* sees the zygote's environment, not the
 launch's. The bundled agent reads ``os.environ`` only when its commands run (``main`` → ``os.environ``); a target
 declaring its own ``preload`` must have the same property, or list only modules that do.
+
+What still differs from exec (none of it matters to the bundled agent; ``--launcher-check`` compares verdicts and
+transcripts): every launch of one zygote shares its hash seed; settings read at interpreter start-up
+(``PYTHONPATH``, ``PYTHON*`` flags, ``PYTHONIOENCODING``) are the zygote's; ``sys.orig_argv`` and
+``/proc/PID/cmdline`` name ``chaos.zygote``; the program's own ``atexit`` handlers and non-daemon threads do not
+run at exit (``os._exit``); the thread check counts Python threads only.
 
 OS and interpreter facts relied on: ``fork`` copies only the calling thread (hence the single-thread check);
 ``PR_SET_PDEATHSIG`` is cleared in a fork child and fires when the parent *thread* exits (the zygote is single
@@ -56,6 +65,8 @@ from pathlib import Path
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
+# The zygote's parent-death signal (the worker died): it sweeps, then exits. Not SIGTERM: see serve().
+STOP_SIGNAL = signal.SIGUSR2
 READY_SECONDS = 120.0  # the preload may be a framework that imports for seconds on a cold, busy machine
 REPLY_SECONDS = 30.0
 
@@ -198,8 +209,11 @@ def serve(fd: int, preload: Sequence[str]) -> int:
     """The zygote's life: preload, announce, then fork one child per launch request until end-of-file."""
     parent = os.getppid()
     sock = socket.socket(fileno=fd)
-    _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)  # SIGTERM, not SIGKILL: the handler sweeps before exiting
-    if os.getppid() != parent:
+    # STOP_SIGNAL, not SIGKILL, when the worker dies: the handler sweeps before exiting. (The zygote runs in a session
+    # of its own, so a SIGTERM or Ctrl-C a CI runner sends to the campaign's process group does not reach it: the
+    # campaign stops cleanly, and this zygote with it by end-of-file.)
+    _prctl(_PR_SET_PDEATHSIG, STOP_SIGNAL)
+    if os.getppid() != parent:  # the worker died before the request was in place
         return 1
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the campaign's to handle
@@ -211,6 +225,7 @@ def serve(fd: int, preload: Sequence[str]) -> int:
         stop = True
 
     signal.signal(signal.SIGTERM, on_term)
+    signal.signal(STOP_SIGNAL, on_term)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     os.set_blocking(wake_r, False)
@@ -256,17 +271,24 @@ def serve(fd: int, preload: Sequence[str]) -> int:
                     request = json.loads(line)
                     sys.stdout.flush()
                     sys.stderr.flush()
+                    opened: list[int] = []
                     try:
-                        out = os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-                        err = os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                        # What Popen would refuse before the program runs is refused here too, with its error
+                        # (a missing cwd is a launch error under exec, not an exit 1 of the child).
+                        if not os.path.isdir(request["cwd"]):
+                            raise FileNotFoundError(2, "No such file or directory", request["cwd"])
+                        for name in ("stdout", "stderr"):
+                            opened.append(os.open(request[name], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+                        pid = os.fork()
                     except OSError as exc:
-                        _send(sock, {"id": request["id"], "error": f"cannot open the output files: {exc}"})
+                        for fd in opened:
+                            os.close(fd)
+                        _send(sock, {"id": request["id"], "error": str(exc)})
                         continue
-                    pid = os.fork()
                     if pid == 0:
-                        _become(request, zygote_pid, out, err)
-                    os.close(out)
-                    os.close(err)
+                        _become(request, zygote_pid, *opened)
+                    for fd in opened:
+                        os.close(fd)
                     children[pid] = request["id"]
                     _send(sock, {"id": request["id"], "pid": pid})
     finally:
@@ -291,17 +313,16 @@ class ZygoteLauncher:
     says why. Use one launcher per process (a campaign worker); ``close`` stops the zygote and sweeps its children.
     """
 
-    def __init__(self, module: str = "agent", preload: Sequence[str] = ("agent.cli", "agent.loop"), *,
-                 python: str = sys.executable, stderr: str | Path | None = None):
+    def __init__(self, module: str, preload: Sequence[str] = (), *, python: str = sys.executable,
+                 stderr: str | Path | None = None):
         from chaos.process import SubprocessLauncher
 
         self.module = module
-        self.preload = tuple(preload)
+        self.preload = tuple(preload) or (module,)
         self.python = python
         self.exec = SubprocessLauncher()
         self.fallback: str | None = None
         self._status: dict[int, int] = {}  # launch id -> exit status (never by pid: pids are reused)
-        self._replies: dict[int, dict] = {}
         self._next = 0
         self._buffer = b""
         self._sock: socket.socket | None = None
@@ -317,7 +338,7 @@ class ZygoteLauncher:
             self._proc = subprocess.Popen(
                 [self.python, "-m", "chaos.zygote", str(theirs.fileno()), *self.preload],
                 pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
-                close_fds=True)
+                close_fds=True, start_new_session=True)
         except OSError as exc:
             self.fallback = f"the zygote could not start: {exc}"
             mine.close()
@@ -348,6 +369,19 @@ class ZygoteLauncher:
                 self._proc.wait()
             self._proc = None
 
+    def _died(self) -> None:
+        """End-of-file from a zygote that was serving: it is gone, and so are its children (their parent-death
+        signal). Every later launch goes by exec; ``died`` tells the owner, which may start a new zygote."""
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        code = self._proc.poll() if self._proc is not None else None
+        if self.fallback is None:
+            self.fallback = f"the zygote died (exit {code})"
+            self.died = True
+
+    died = False
+
     @property
     def alive(self) -> bool:
         return self._sock is not None and self._proc is not None and self._proc.poll() is None
@@ -363,8 +397,6 @@ class ZygoteLauncher:
                 message = json.loads(line)
                 if "exit" in message:
                     self._status[message["id"]] = message["status"]
-                elif "id" in message:
-                    self._replies[message["id"]] = message
                 if done(message):
                     return message
             left = deadline - time.monotonic()
@@ -375,8 +407,7 @@ class ZygoteLauncher:
                 return None
             data = self._sock.recv(1 << 16)
             if not data:
-                self._sock.close()
-                self._sock = None
+                self._died()
                 return None
             self._buffer += data
 
@@ -386,7 +417,7 @@ class ZygoteLauncher:
 
     def status(self, launch: int, timeout: float = 0.0) -> int | None:
         """The exit status of launch ``launch`` (its id) once the zygote reaped it (waiting up to ``timeout``)."""
-        if launch not in self._status and timeout >= 0:
+        if launch not in self._status:
             self._read_until(lambda m: "exit" in m and m.get("id") == launch, timeout)
         return self._status.get(launch)
 
@@ -403,8 +434,13 @@ class ZygoteLauncher:
         request = {"id": self._next, "module": self.module, "args": list(argv[3:]), "env": dict(env),
                    "cwd": str(cwd), "stdout": str(stdout), "stderr": str(stderr)}
         assert self._sock is not None
-        self._sock.sendall(json.dumps(request).encode() + b"\n")
-        reply = self._read_until(lambda m: m.get("id") == request["id"], REPLY_SECONDS)
+        try:
+            self._sock.sendall(json.dumps(request).encode() + b"\n")
+        except OSError:  # the zygote is gone (broken pipe): the launch goes by exec
+            self._died()
+            return self.exec.launch(argv, env, cwd, stdout, stderr)
+        reply = self._read_until(lambda m: ("pid" in m or "error" in m) and m.get("id") == request["id"],
+                                 REPLY_SECONDS)
         if reply is not None and "error" in reply:
             raise OSError(reply["error"])  # as Popen would raise for an output file it cannot open
         if reply is None:
@@ -415,8 +451,9 @@ class ZygoteLauncher:
 
 
 class ZygoteProcess:
-    """``chaos.process.AgentProcess`` for a child of the zygote: watched and signalled through a pidfd (never by a
-    bare pid, which could be recycled once the zygote has reaped it); its exit status comes from the zygote."""
+    """``chaos.process.AgentProcess`` for a child of the zygote: watched and signalled through a pidfd opened as soon
+    as the launch is announced (a signal through it can never reach a process that later reuses the pid); its exit
+    status comes from the zygote, by launch id."""
 
     def __init__(self, launcher: ZygoteLauncher, pid: int, launch: int):
         self.launcher = launcher
@@ -425,7 +462,7 @@ class ZygoteProcess:
         self.session_id = pid
         try:
             self._pidfd: int | None = os.pidfd_open(pid)
-        except (AttributeError, OSError):  # already reaped (it exited at once), or no pidfd: the zygote's word only
+        except ProcessLookupError:  # it exited (and was reaped) at once: the zygote's word is all there is
             self._pidfd = None
         self.returncode: int | None = None
 
@@ -441,6 +478,8 @@ class ZygoteProcess:
             if code is None and self._exited(0.0):
                 # Exited: the zygote reaps on SIGCHLD and reports within milliseconds.
                 code = self.launcher.status(self.launch, 5.0)
+                if code is None and self.launcher.died:
+                    code = -signal.SIGKILL  # its zygote died: the child got its parent-death signal, SIGKILL
             self.returncode = code
         return self.returncode
 
@@ -489,16 +528,34 @@ class ZygoteProcess:
             self._pidfd = None
 
 
-def launcher_for(target, *, stderr: str | Path | None = None, warn=None):
+def pidfd_supported() -> bool:
+    """Whether this kernel and sandbox give pidfds (Linux ≥ 5.3): the zygote's children are watched through them."""
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+        return True
+    except (AttributeError, OSError):
+        return False
+
+
+def launcher_for(target, *, warn=None):
     """The launcher of ``target`` (``chaos.target.Target``) in this process: a zygote when the target allows one
     (``launcher = "zygote"`` and a ``python -m MODULE`` command of this interpreter), else exec. A zygote that cannot
-    serve falls back to exec and ``warn`` gets one line saying why."""
+    serve falls back to exec and ``warn`` gets one line saying why. Call it from the main thread: the zygote's
+    parent-death signal is tied to the thread that started it, and it must live as long as the process."""
+    import threading
+
     from chaos.process import SubprocessLauncher
 
     module = target.zygote_module()
     if module is None:
         return SubprocessLauncher()
-    launcher = ZygoteLauncher(module, target.preload or (module,), stderr=stderr)
+    if threading.current_thread() is not threading.main_thread():
+        return SubprocessLauncher()
+    if not pidfd_supported():
+        if warn is not None:
+            warn("zygote launcher unavailable (no pidfd on this kernel); launching by exec")
+        return SubprocessLauncher()
+    launcher = ZygoteLauncher(module, target.preload or (module,))
     if launcher.fallback and warn is not None:
         warn(f"zygote launcher unavailable ({launcher.fallback}); launching by exec")
     return launcher

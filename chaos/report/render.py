@@ -150,7 +150,7 @@ def make_bundles(directory: Path, params: Mapping[str, Any], report: CampaignRep
         try:
             write_bundle(dest, case_dir=case_dir, scenario_file=scenario_file,
                          case_id=raw.get("minimal_id") or case.id, schedule=schedule, failures=failures,
-                         target=_target_of(params), original_case=case.id, campaign=report.name,
+                         target=_target_of(params), divergence=raw.get("divergence"), original_case=case.id, campaign=report.name,
                          seed=options.get("seed"), command_line=params.get("command") or None,
                          versions=params.get("versions") or None)
         except (BundleError, OSError) as exc:

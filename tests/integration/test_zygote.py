@@ -167,3 +167,22 @@ class TestLifetime:
         assert launcher.fallback and "threads running" in launcher.fallback
         proc, out, _ = launch(launcher, tmp_path, "report")
         assert proc.wait(20) == 0 and json.loads(out.read_text())["pdeathsig"] == 0  # exec'd, not forked
+
+
+class TestZygoteDeath:
+    def test_a_dead_zygote_is_reported_and_its_children_are_seen_killed(self, zygote, tmp_path):
+        """After the zygote dies its running child reads as killed (no false hang), and later launches go by exec."""
+        proc, out, _ = launch(zygote, tmp_path, "sleep", "30")
+        while not out.read_text():
+            time.sleep(0.01)
+        zygote._proc.kill()
+        assert proc.wait(10) == -signal.SIGKILL
+        later, out2, _ = launch(zygote, tmp_path, "report")
+        assert later.wait(20) == 0 and json.loads(out2.read_text())["pdeathsig"] == 0  # exec'd
+        assert zygote.died and "died" in zygote.fallback
+
+    def test_a_missing_cwd_is_a_launch_error_as_with_exec(self, zygote, tmp_path):
+        """A cwd that does not exist raises at launch (as Popen does), instead of a child that exits 1."""
+        with pytest.raises(OSError):
+            zygote.launch([sys.executable, "-m", MODULE, "report"], env(), tmp_path / "missing", tmp_path / "o",
+                          tmp_path / "e")

@@ -117,3 +117,16 @@ class TestFirstDivergence:
         """first_divergence returns None when the target offers no planner to ask."""
         target = Target(launch=(("plan", ()),), configuration_flags=False, name="foreign")
         assert first_divergence(target, object()) is None
+
+
+def test_a_planner_that_outlives_its_timeout_is_killed_with_its_children(tmp_path):
+    """Past the timeout the planner's whole session is killed, its grandchildren included, and no plan is given."""
+    import psutil
+
+    marker = str(tmp_path / "marker")
+    script = tmp_path / "slow.py"
+    script.write_text(f"import subprocess, time\nsubprocess.Popen(['sleep', '30', {marker!r}])\ntime.sleep(30)\n")
+    plan, failure = ask_plan((sys.executable, str(script), "{log}", "{current}"), b"", {}, {}, timeout=1)
+    assert plan is None and "timed out" in failure
+    left = [p for p in psutil.process_iter(["cmdline"]) if marker in (p.info["cmdline"] or [])]
+    assert not psutil.wait_procs(left, timeout=2)[1]

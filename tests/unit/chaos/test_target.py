@@ -179,3 +179,17 @@ class TestLauncher:
         assert resolve_target(launcher="exec").zygote_module() is None
         with pytest.raises(TargetError, match="expected zygote or exec"):
             resolve_target(launcher="fork")
+
+
+class TestTemplates:
+    def test_a_value_that_reads_like_a_placeholder_is_not_substituted_again(self):
+        """A prompt containing "{workspace}" reaches the agent as written."""
+        argv = Target().argv("run", flags=[], session_dir="S", workspace="W", prompt="echo {workspace} {session_dir}")
+        assert argv[-1] == "echo {workspace} {session_dir}" and "W" in argv and "S" in argv
+
+
+def test_a_corrupt_cache_entry_is_replaced(tmp_path):
+    """publish over an unreadable entry stores the new value and returns it (never None)."""
+    cache = BaselineCache(tmp_path, Target())
+    cache.path("s").write_text("{trunc")
+    assert cache.publish("s", {"ok": True}) == {"ok": True} and cache.load("s") == {"ok": True}
