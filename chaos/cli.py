@@ -53,8 +53,20 @@ class _Main(click.Group):
             sys.exit(EXIT_INTERNAL)
 
 
+def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    """``--version``: the installed distribution's version, or that it is not installed (a source tree run with
+    ``python -m chaos``) — never an error."""
+    if not value or ctx.resilient_parsing:
+        return
+    from chaos.report.summary import versions
+
+    click.echo(f"chaos, version {versions()['killpoint']}")
+    ctx.exit(0)
+
+
 @click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="killpoint", prog_name="chaos")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+              help="Show the version and exit.")
 def main() -> None:
     """killpoint's crash-injection chaos harness."""
 

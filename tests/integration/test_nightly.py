@@ -200,3 +200,19 @@ def test_a_random_case_list_that_repeats_a_schedule_runs_it_once_and_is_complete
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads((tmp_path / "r" / "result.json").read_text())
     assert result["complete"] and result["cases"]["planned"] == result["cases"]["done"] < 100
+
+
+def test_version_of_a_tree_that_was_never_installed(monkeypatch):
+    """Without installed metadata `--version` says so and exits 0 (it was an internal error)."""
+    from importlib import metadata
+
+    from click.testing import CliRunner
+
+    from chaos.cli import main
+
+    def missing(name):
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(metadata, "version", missing)
+    result = CliRunner().invoke(main, ["--version"])
+    assert result.exit_code == 0 and "not installed" in result.output
