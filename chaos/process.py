@@ -248,10 +248,36 @@ def proc_info(pid: int) -> ProcInfo:
 
 
 def descendants(pid: int) -> list[psutil.Process]:
+    """Every live descendant of ``pid``, taken before a kill (children reparent once their parent dies).
+
+    Read from ``/proc/PID/task/TID/children`` (Linux with CONFIG_PROC_CHILDREN): a few files per process, where
+    psutil's ``children(recursive=True)`` reads the stat file of every process on the machine (~2 ms, on every kill
+    of every case). psutil's way is the fallback where those files do not exist."""
+    found: list[psutil.Process] = []
+    todo = [pid]
     try:
-        return psutil.Process(pid).children(recursive=True)
-    except psutil.Error:
-        return []
+        while todo:
+            parent = todo.pop()
+            for task in os.listdir(f"/proc/{parent}/task"):
+                with open(f"/proc/{parent}/task/{task}/children", "rb") as f:
+                    for child in f.read().split():
+                        todo.append(int(child))
+                        found.append(int(child))
+    except FileNotFoundError:
+        if not os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children"):
+            try:  # no children files on this kernel
+                return psutil.Process(pid).children(recursive=True)
+            except psutil.Error:
+                return []
+    except (OSError, ValueError):
+        pass  # a process that ended while we read: its descendants are found by the session sweep
+    out = []
+    for child in found:
+        try:
+            out.append(psutil.Process(child))
+        except psutil.Error:
+            pass
+    return out
 
 
 def _alive(p: psutil.Process) -> bool:
