@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 from agent.session.store import SessionStore
 from tests.integration.test_agent_run import REPO
@@ -28,14 +29,19 @@ def imported_modules(argv: list[str]) -> tuple[subprocess.CompletedProcess, set[
     return proc, modules
 
 
-def test_resume_imports_only_the_standard_library(tmp_path):
-    """`resume` of a real session imports none of pydantic, click, rich, psutil, httpx (nor http.client)."""
+def idle_session(tmp_path) -> Path:
+    """A new, idle session file (header only) with a workspace beside it."""
     workspace = tmp_path / "ws"
     workspace.mkdir()
     store = SessionStore.create(tmp_path / "sessions", cwd=str(workspace), provider="openai", model="m",
                                 environment_identity="e")
     store.close()
-    proc, modules = imported_modules(["resume", str(store.path)])
+    return Path(store.path)
+
+
+def test_resume_imports_only_the_standard_library(tmp_path):
+    """`resume` of a real session imports none of pydantic, click, rich, psutil, httpx (nor http.client)."""
+    proc, modules = imported_modules(["resume", str(idle_session(tmp_path))])
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "agent.loop" in modules and "agent.session.store" in modules  # the log really covers the resume path
     heavy = sorted(m for m in modules if m.split(".")[0] in FORBIDDEN)

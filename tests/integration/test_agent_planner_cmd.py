@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from agent import bugs as bug_switches
-from tests.integration.test_agent_importtime import imported_modules
+from tests.integration.test_agent_importtime import idle_session, imported_modules
 from tests.integration.test_agent_recovery import crash, plans, tool_run  # noqa: F401 - fixture
 from tests.integration.test_agent_run import REPO, agent, names, records, script, state_of, stub  # noqa: F401
 from tests.openai_stub import completion
@@ -266,7 +266,7 @@ class TestScope:
         cmd, calls = counting(agent.tmp)
         script(stub, lambda request: completion("done"))
         result = agent.command("resume", cut, env={"AGENT_PLANNER_CMD": cmd, "AGENT_PLANNER_SCOPE": "all"})
-        inside = agent.command("resume", other)
+        agent.command("resume", other)  # the reference: the same crash resumed by the built-in planner
         assert result.status == 0 and result.out == "done\n"
         assert invocations(calls) == len(plans(result.err)) == 4 == result.err.count(MARK)
         assert shape(cut) == shape(other)
@@ -373,13 +373,6 @@ class TestBugsVerb:
 
 def test_start_path_without_the_variable_stays_light(tmp_path):
     """Without AGENT_PLANNER_CMD an idle `resume` does not import shlex or the plan-shape validator."""
-    from agent.session.store import SessionStore
-
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    store = SessionStore.create(tmp_path / "sessions", cwd=str(workspace), provider="openai", model="m",
-                                environment_identity="e")
-    store.close()
-    proc, modules = imported_modules(["resume", str(store.path)])
+    proc, modules = imported_modules(["resume", str(idle_session(tmp_path))])
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "agent.loop" in modules and not {"shlex", "agent.plan_shape"} & modules

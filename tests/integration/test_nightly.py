@@ -113,20 +113,7 @@ def test_history_shows_green_new_fixed_and_replays_known_failures_first(tmp_path
     assert "STILL FAILING: " in shown.stdout  # c5 after c4: the same failure again
 
 
-BAD_WRITE = '''
-name = "bad-write"
-description = "The model calls write without its content: the crash-free run cannot pass."
-[[runs]]
-prompt = "Write the file."
-[[runs.turns]]
-tool_calls = [{ id = "call_w", name = "write", arguments = '{"path": "out.txt"}' }]
-[[runs.turns]]
-content = "Done."
-[expect]
-outcome = "completed"
-answer = "Done."
-files = { "out.txt" = "hello" }
-'''
+BAD_WRITE = (SCENARIOS / "bad-write.toml").read_text()  # the crash-free run cannot pass (shared with the plugin tests)
 
 
 def test_a_failing_baseline_says_why_in_the_campaign_summary(tmp_path, cache):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
@@ -212,21 +213,8 @@ def test_a_foreign_planner_failure_names_the_first_divergence(project, kp_cache)
     ])
 
 
-BAD_WRITE = '''
-name = "bad-write"
-description = "The model calls write without its content: the crash-free run cannot pass."
-[[runs]]
-prompt = "Write the file."
-[[runs.turns]]
-# A string, sent verbatim: a table missing `content` would already fail `chaos validate`.
-tool_calls = [{ id = "call_w", name = "write", arguments = '{"path": "out.txt"}' }]
-[[runs.turns]]
-content = "Done."
-[expect]
-outcome = "completed"
-answer = "Done."
-files = { "out.txt" = "hello" }
-'''
+# A scenario whose crash-free run cannot pass (shared with tests/integration/test_nightly.py).
+BAD_WRITE = (Path(__file__).resolve().parents[1] / "integration" / "campaign" / "bad-write.toml").read_text()
 
 
 def test_a_failing_baseline_item_says_why(project, kp_cache):
