@@ -433,11 +433,14 @@ def _ask(target: Target, key: str, *, flags: Sequence[str] = (), environ: Mappin
         return None
     workspace = workspace or os.getcwd()
     argv = target.argv(key, flags=flags, workspace=workspace)
-    env = {**os.environ, **(environ or {}), **target.correct().environment()}
-    env.pop("CHAOS_CONTROL", None)  # a question is not a case: no checkpoint channel
-    memo = (argv, tuple(sorted(env.get(k, "") for k in ("AGENT_ENVIRONMENT_IDENTITY",))))
+    # Memo first: this runs several times per case (describe), and the answer depends only on the command, its
+    # flags, the target's own env and the environment identity the question names.
+    identity = (environ or {}).get("AGENT_ENVIRONMENT_IDENTITY", os.environ.get("AGENT_ENVIRONMENT_IDENTITY", ""))
+    memo = (argv, target.env, identity)
     if memo in _ANSWERS:
         return _ANSWERS[memo]
+    env = {**os.environ, **(environ or {}), **target.correct().environment()}
+    env.pop("CHAOS_CONTROL", None)  # a question is not a case: no checkpoint channel
     try:
         from chaos.process import run_bounded
 
