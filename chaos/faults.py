@@ -3,7 +3,8 @@
 Used everywhere a fault is named: the CLI, scenario files, reports, journals and case ids. Grammar::
 
     FAULT  := [ACTION ":"] POINT
-    ACTION := "kill" | "int" | "torn(" B ")" | "powerloss" | "dresume" | "ioerror(" ("ENOSPC" | "EIO") ")"
+    ACTION := "kill" | "int" | "torn(" B ")" | "powerloss" | "dresume" | "dresume(" K ")"
+            | "ioerror(" ("ENOSPC" | "EIO") ")"      dresume(K): kill, then K (2..8) concurrent resumes
     POINT  := FACT "@" PHASE "#" N       the N-th announced transaction containing a fact named FACT
             | "tx:" K "@" PHASE          the K-th announced transaction
     PHASE  := "before-write" | "after-write" | "after-sync"
@@ -14,7 +15,7 @@ Transactions are counted when they are announced at their ``before-write`` barri
 fact name twice counts once for that name. The header write is not a barrier, so it is never a kill point.
 
 Invariant protected: ``parse_fault(format_fault(f)) == f`` and every accepted text has exactly one canonical form
-(``kill:`` is implied and dropped, numbers have no leading zeros), so case ids are stable journal keys.
+(``kill:`` is implied and dropped, ``dresume(2)`` is written ``dresume``, numbers have no leading zeros), so case ids are stable journal keys.
 
 Pure: no I/O, no processes. The supervisor feeds the ``Matcher`` barrier messages; what a fault *does* (SIGKILL,
 SIGINT, cutting the file, answering ``fail``) is the supervisor's business.
@@ -63,7 +64,8 @@ class BarrierOrderError(ChaosError):
 
 
 _NUMBER = r"[1-9][0-9]*"
-_ACTION_RE = re.compile(r"^(kill|int|powerloss|dresume|torn\(([0-9]+)\)|ioerror\(([A-Z]+)\))$")
+_ACTION_RE = re.compile(r"^(kill|int|powerloss|dresume|torn\(([0-9]+)\)|ioerror\(([A-Z]+)\)|dresume\(([0-9]+)\))$")
+DRESUME_MAX = 8  # concurrent resumes of one state: enough for consume-once, few enough for two cores
 _FACT_POINT_RE = re.compile(rf"^([A-Za-z][A-Za-z0-9_]*)@([a-z-]+)#({_NUMBER})$")
 _TX_POINT_RE = re.compile(rf"^tx:({_NUMBER})@([a-z-]+)$")
 
@@ -103,15 +105,23 @@ class KillPoint:
 
 @dataclass(frozen=True)
 class Fault:
-    """An action applied at a kill point. ``bytes`` is set for ``torn``, ``errno`` for ``ioerror``."""
+    """An action applied at a kill point. ``bytes`` is set for ``torn``, ``errno`` for ``ioerror``, ``count`` (the
+    number of concurrent resumes, ≥ 2; 2 when not given) for ``dresume``."""
 
     action: str
     point: KillPoint
     bytes: int | None = None
     errno: str | None = None
+    count: int | None = None
 
     def __post_init__(self) -> None:
         word = {"torn": f"torn({self.bytes})", "ioerror": f"ioerror({self.errno})"}.get(self.action, self.action)
+        if self.count is not None:
+            word = f"dresume({self.count})"
+            if self.action != "dresume":
+                raise FaultSyntaxError(f"fault {word}:{self.point}: only dresume carries a count")
+            if not 2 <= self.count <= DRESUME_MAX:
+                raise FaultSyntaxError(f"fault {word}:{self.point}: dresume(K) needs 2 <= K <= {DRESUME_MAX}")
         text = f"{word}:{self.point}"
         if self.action not in ACTIONS:
             raise FaultSyntaxError(f"fault {text!r}: unknown action {self.action!r} (expected {_action_list()})")
@@ -135,6 +145,11 @@ class Fault:
 
     def __str__(self) -> str:
         return format_fault(self)
+
+    @property
+    def resumes(self) -> int:
+        """How many processes resume concurrently after this fault (``dresume``: K; otherwise one)."""
+        return (self.count or 2) if self.action == "dresume" else 1
 
     @property
     def kills(self) -> bool:
@@ -224,6 +239,11 @@ def parse_fault(text: str, vocabulary: Sequence[str] = FACT_NAMES) -> Fault:
         return Fault("torn", point, bytes=int(m.group(2)))
     if word.startswith("ioerror("):
         return Fault("ioerror", point, errno=m.group(3))
+    if word.startswith("dresume("):
+        if not re.fullmatch(_NUMBER, m.group(4)):
+            raise FaultSyntaxError(f"fault {text!r}: dresume(K) needs K an integer without leading zeros")
+        count = int(m.group(4))
+        return Fault("dresume", point, count=None if count == 2 else count)  # dresume(2) is plain dresume
     return Fault(word, point)
 
 
@@ -235,6 +255,8 @@ def format_fault(fault: Fault) -> str:
         return f"torn({fault.bytes}):{fault.point}"
     if fault.action == "ioerror":
         return f"ioerror({fault.errno}):{fault.point}"
+    if fault.count is not None:
+        return f"dresume({fault.count}):{fault.point}"
     return f"{fault.action}:{fault.point}"
 
 

@@ -2,54 +2,43 @@
 
 The thin shell around ``chaos.supervisor`` (real processes, real SIGKILL at barriers), ``chaos.probe`` (the
 barriers), ``chaos.probe.inspect`` (the state each restart finds) and ``chaos.properties`` (the pure judgement).
-A ``ProbeProgram`` says how to run an unmodified Python program: its argv, its state paths, its SQLite files, its
-reader, its fact vocabulary and its documented effect guarantee. Every launch runs as
-``python -m chaos.probe.run --state … -- PROGRAM``; every restart (after a kill) adds ``--inspect`` (the runner
-records the state it finds before it runs the program). A ``chaos.zygote.ZygoteLauncher("chaos.probe.run", …)``
-may fork every launch, restarts included. Effects are witnessed by the program itself in ``$CHAOS_WITNESS`` (JSON lines
-with ``effect`` and ``pid``), a file outside its state; pids are mapped back to launches.
+A ``ProbeProgram`` (chaos.target) says how to run an unmodified Python program: its interpreter, argv, state paths,
+SQLite files, reader, fact vocabulary and documented effect guarantee. Every launch runs as
+``PYTHON -m chaos.probe.run --state … -- PROGRAM``; every restart (after a kill) adds ``--inspect`` (the runner
+records, from a copy, the state it finds before it runs the program), and the final state is inspected by one more
+runner launch (``--only``). A ``chaos.zygote.ZygoteLauncher("chaos.probe.run", …)`` may fork every launch, restarts
+and inspections included. Effects are witnessed by the program itself in ``$CHAOS_WITNESS`` (JSON lines with
+``effect`` and ``pid``), a file outside its state; pids are mapped back to launches. A scenario's scripted model is
+served on this process's scripted server (``OPENAI_BASE_URL``).
 
 Invariant protected: the properties judge the state *at each kill* (the inspection runs before the restarted
 program), and a case's schedule names only facts of the program's vocabulary (a typo fails at parse time).
 
-Not here: campaigns over probe targets, a ``kind = "python"`` target file, shrinking, reports (issue 11 continues);
-the session contract's oracle (``chaos.oracle``) does not apply to these programs — ``acknowledged-durable`` in
-particular reads a session file's bytes at announced offsets, and a probe announces offsets 0.
+Not here: the campaign over probe scenarios (chaos.campaign, chaos.workers); the session contract's oracle
+(``chaos.oracle``) does not apply to these programs — ``acknowledged-durable`` in particular reads a session file's
+bytes at announced offsets, and a probe announces offsets 0.
 """
 
 from __future__ import annotations
 
 import json
-import os
+import shutil
 import sys
-from collections.abc import Sequence
+import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from chaos import properties
 from chaos.faults import Barrier, Fault, parse_schedule
-from chaos.probe.inspect import inspect_state
+from chaos.process import Launcher, SubprocessLauncher
 from chaos.records import CaseRun
-from chaos.process import Launcher
 from chaos.supervisor import AgentCommand, Limits, Step, Supervisor
+from chaos.target import ProbeProgram, Target, TargetError
 
-
-@dataclass(frozen=True)
-class ProbeProgram:
-    """How to run and read one Python program under the probe. Paths are relative to the case directory; the
-    word ``{case}`` in ``program`` and ``reader`` is replaced by the case directory."""
-
-    name: str
-    program: tuple[str, ...]  # PROGRAM ARGS, or -m MODULE ARGS
-    vocabulary: tuple[str, ...]  # chaos.probe.vocabulary(tables, files, points)
-    state: tuple[str, ...] = ("state",)
-    sqlite: tuple[str, ...] = ()
-    reader: tuple[str, ...] | None = None  # argv printing {"done": [...], "result": ..., "complete": bool}
-    env: tuple[tuple[str, str], ...] = ()
-    effect_bound: int = 1  # the program's documented guarantee: at most this many executions of one effect
-    max_launches: int = 4
-    properties: tuple[str, ...] = properties.PROPERTIES
+__all__ = ["ProbeProgram", "ProbeCase", "run_probe_case", "run_probe_baseline", "kill_points", "command"]
+INSPECT_SECONDS = 120.0  # the final inspection: a reader that imports a framework by exec takes seconds
 
 
 @dataclass
@@ -73,28 +62,89 @@ def _fill(argv: Sequence[str], case: Path) -> list[str]:
     return [a.replace("{case}", str(case)) for a in argv]
 
 
-def command(program: ProbeProgram, case: Path, witness: Path) -> AgentCommand:
-    """The supervisor's command: the runner with the probe, and for restarts the inspection in front of it."""
-    runner = [sys.executable, "-m", "chaos.probe.run"]
+def _python(program: ProbeProgram) -> str:
+    if not program.python:
+        raise TargetError(f"target {program.name}: its interpreter environment is not prepared "
+                          f"(run: chaos targets prepare)")
+    return program.python
+
+
+def _runner(program: ProbeProgram, case: Path) -> list[str]:
+    runner = [_python(program), "-m", "chaos.probe.run"]
     for path in program.state:
         runner += ["--state", str(case / path)]
-    inspect = ["--inspect", str(case / "inspections")]
+    return runner
+
+
+def _inspect_args(program: ProbeProgram, case: Path, into: Path) -> list[str]:
+    """``--inspect`` options: the state paths copied, the SQLite files checked, the reader (``{case}`` is left for
+    the runner to fill with the copy's directory)."""
+    args = ["--inspect", str(into), "--case", str(case)]
+    for path in program.state:
+        args += ["--copy", path]
     for path in program.sqlite:
-        inspect += ["--sqlite", str(case / path)]
+        args += ["--sqlite", path]
     if program.reader:
-        inspect += ["--reader", json.dumps(_fill(program.reader, case))]
-    argv = ["--", *_fill(program.program, case)]
+        args += ["--reader", json.dumps(list(program.reader))]
+    return args
+
+
+def environment(program: ProbeProgram, witness: Path, base_url: str | None = None) -> dict[str, str]:
+    """What every launch of the program gets: its own env, the witness file, the probe's path in a foreign
+    interpreter, and the scripted model's address when the scenario has one."""
     env = {**dict(program.env), "CHAOS_WITNESS": str(witness)}
-    return AgentCommand(steps=(Step((*runner, *argv)),), resume=(*runner, *inspect, *argv), env=env, cwd=case,
+    if program.python and program.python != sys.executable:
+        from chaos.environments import probe_path
+
+        env["PYTHONPATH"] = probe_path()
+    if base_url:
+        env["OPENAI_BASE_URL"] = base_url
+        env["OPENAI_API_KEY"] = "killpoint-scripted"  # the scripted server checks no key; SDKs insist on one
+    return env
+
+
+def command(program: ProbeProgram, case: Path, env: Mapping[str, str]) -> AgentCommand:
+    """The supervisor's command: the runner with the probe, and for restarts the inspection in front of it."""
+    runner = _runner(program, case)
+    argv = ["--", *_fill(program.program, case)]
+    resume = (*runner, *_inspect_args(program, case, case / "inspections"), *argv)
+    return AgentCommand(steps=(Step((*runner, *argv)),), resume=resume, env=dict(env), cwd=case,
                         settled_exits=frozenset({0}), blocked_exit=None)
+
+
+def inspect_final(program: ProbeProgram, case: Path, env: Mapping[str, str], launcher: Launcher,
+                  name: str = "final") -> dict:
+    """The inspection record of the case's state now, by a runner launch with ``--only`` through ``launcher`` (a
+    zygote forks it with the framework already imported)."""
+    into = case / "inspections" / name
+    argv = [*_runner(program, case), *_inspect_args(program, case, into), "--only", "--",
+            *_fill(program.program, case)]
+    quiet = {k: v for k, v in env.items() if k != "CHAOS_CONTROL"}
+    proc = launcher.launch(argv, quiet, case, case / f"{name}.out", case / f"{name}.err")
+    try:
+        code = proc.wait(INSPECT_SECONDS)
+        if code is None:
+            return {"integrity": {}, "reader": None,
+                    "reader_error": f"the inspection did not finish within {INSPECT_SECONDS:.0f} s"}
+    finally:
+        proc.kill_session()
+        proc.close()
+    record = into / f"{proc.pid}.json"
+    if code != 0 or not record.exists():
+        tail = (case / f"{name}.err").read_text(errors="replace").strip().splitlines()[-1:] or [""]
+        return {"integrity": {}, "reader": None, "reader_error": f"the inspection exited {code}: {tail[0]}"}
+    return json.loads(record.read_text(encoding="utf-8"))
 
 
 def run_probe_case(program: ProbeProgram, schedule: str | Sequence[Fault], work_dir: Path | str, *,
                    baseline: Any = properties.NO_BASELINE, limits: Limits = Limits(case_seconds=60,
-                   silence_seconds=20), name: str = "case", launcher: Launcher | None = None) -> ProbeCase:
+                   silence_seconds=20), name: str = "case", launcher: Launcher | None = None,
+                   model: Any = None) -> ProbeCase:
     """Run ``program`` under ``schedule`` (fault texts in its vocabulary) in ``work_dir/name`` and judge it.
 
-    ``baseline``: the crash-free run's final result (``run_probe_baseline``), for ``matches-baseline``."""
+    ``baseline``: the crash-free run's final result (``run_probe_baseline``), for ``matches-baseline``. ``model``:
+    a scripted chat-completions model (an object with ``name`` and ``runs``, chaos.scenario.Run), served on this
+    process's scripted server for the case's launches."""
     faults = parse_schedule(schedule, program.vocabulary) if isinstance(schedule, str) else tuple(schedule)
     case = Path(work_dir).resolve() / name
     case.mkdir(parents=True, exist_ok=True)
@@ -102,21 +152,66 @@ def run_probe_case(program: ProbeProgram, schedule: str | Sequence[Fault], work_
         (case / path).parent.mkdir(parents=True, exist_ok=True)
     witness = case / "witness.jsonl"
     witness.touch()
-    run = Supervisor(command(program, case, witness), case / "supervisor", limits=limits, launcher=launcher,
-                     label=f"{program.name}::{'+'.join(map(str, faults))}").run(faults)
-    env = {**os.environ, **dict(program.env), "CHAOS_WITNESS": str(witness)}
-    final = inspect_state([str(case / p) for p in program.sqlite], _fill(program.reader, case)
-                          if program.reader else None, env, cwd=str(case))
-    evidence = gather(run, witness, case / "inspections", final, baseline)
+    launcher = launcher or SubprocessLauncher()
+    server = key = None
+    if model is not None and getattr(model, "runs", None):
+        from chaos.case import shared_server
+
+        server, key = shared_server(), f"probe-{uuid.uuid4().hex[:12]}"
+        base_url = server.add_case(key, model, log_path=case / "requests.jsonl")
+    else:
+        base_url = None
+    env = environment(program, witness, base_url)
+    try:
+        run = Supervisor(command(program, case, env), case / "supervisor", limits=limits, launcher=launcher,
+                         label=f"{program.name}::{'+'.join(map(str, faults))}").run(faults)
+        final = inspect_final(program, case, env, launcher)
+        again = properties.NO_BASELINE
+        if "recovery-deterministic" in program.properties and run.kills:
+            again = recover_again(program, case, run, env, launcher)
+    finally:
+        if server is not None:
+            server.remove_case(key)
+    evidence = gather(run, witness, case / "inspections", final, baseline, again)
     return ProbeCase(run, evidence, properties.judge(evidence, bound=program.effect_bound,
                                                      max_launches=program.max_launches,
                                                      properties=program.properties))
 
 
-def run_probe_baseline(program: ProbeProgram, work_dir: Path | str) -> Any:
+def recover_again(program: ProbeProgram, case: Path, run: CaseRun, env: Mapping[str, str],
+                  launcher: Launcher) -> Any:
+    """Recover the durable state of the case's last kill a second time, in another directory, without faults;
+    the final result (``recovery-deterministic``). The state is the copy the restart after that kill inspected
+    (chaos.probe.inspect: taken before the restart ran anything)."""
+    killed = [l.index for l in run.launches if l.killed_by is not None]
+    later = [l for l in run.launches if killed and l.index > killed[-1]]
+    copy = case / "inspections" / f"{later[0].pid}.case" if later else None
+    if copy is None or not copy.is_dir():
+        return properties.NO_BASELINE
+    again = case / "again"
+    if again.exists():
+        shutil.rmtree(again)
+    shutil.copytree(copy, again, symlinks=True)
+    quiet = {k: v for k, v in env.items() if k != "CHAOS_CONTROL"}
+    quiet["CHAOS_WITNESS"] = str(case / "again-witness.jsonl")  # its effects are not the case's evidence
+    argv = [*_runner(program, again), "--", *_fill(program.program, again)]
+    for attempt in range(program.max_launches):
+        proc = launcher.launch(argv, quiet, again, case / f"again-{attempt}.out", case / f"again-{attempt}.err")
+        try:
+            code = proc.wait(INSPECT_SECONDS)
+        finally:
+            proc.kill_session()
+            proc.close()
+        if code == 0:
+            break
+    record = inspect_final(program, again, quiet, launcher, name="final")
+    return (record.get("reader") or {}).get("result")
+
+
+def run_probe_baseline(program: ProbeProgram, work_dir: Path | str, **kwargs: Any) -> Any:
     """The crash-free run's final result (the reader's ``result``); ``ValueError`` when the crash-free run itself
-    does not hold every property (a baseline that fails is no reference)."""
-    base = run_probe_case(program, (), work_dir, name="baseline")
+    does not hold every property (a baseline that fails is no reference). ``kwargs``: as for ``run_probe_case``."""
+    base = run_probe_case(program, (), work_dir, name=kwargs.pop("name", "baseline"), **kwargs)
     if not base.passed:
         raise ValueError(f"{program.name}: the crash-free run fails {', '.join(base.failed)}: {base.problems}")
     return (base.evidence.final.get("reader") or {}).get("result")
@@ -135,7 +230,8 @@ def kill_points(run: CaseRun, vocabulary: Sequence[str], phases: Sequence[str] =
     return points
 
 
-def gather(run: CaseRun, witness: Path, inspections: Path, final: dict, baseline: Any) -> properties.ProbeEvidence:
+def gather(run: CaseRun, witness: Path, inspections: Path, final: dict, baseline: Any,
+           again: Any = properties.NO_BASELINE) -> properties.ProbeEvidence:
     """The evidence of a finished case, from the supervisor's record and the files the case left."""
     by_pid = {l.pid: l.index for l in run.launches}
     effects = []
@@ -151,7 +247,7 @@ def gather(run: CaseRun, witness: Path, inspections: Path, final: dict, baseline
         inspection = json.loads(record.read_text(encoding="utf-8")) if record.exists() else None
         launches.append(properties.LaunchEvidence(l.index, l.role, l.returncode, l.killed_by is not None,
                                                   _error(l.stderr), inspection))
-    return properties.ProbeEvidence(tuple(launches), tuple(effects), final, run.verdict or "", baseline)
+    return properties.ProbeEvidence(tuple(launches), tuple(effects), final, run.verdict or "", baseline, again)
 
 
 def _error(stderr: str) -> str | None:

@@ -13,14 +13,21 @@ the effects witnessed outside the state, the final state, the crash-free run's r
   1 for exactly-once, 2 for at-least-once under one kill);
 - ``completes`` — the case ends by itself (exit 0), the final state says the program finished, within ``max_launches``
   launches;
-- ``matches-baseline`` — the final result (the reader's ``result``) equals the crash-free run's.
+- ``matches-baseline`` — the final result (the reader's ``result``) equals the crash-free run's;
+- ``consume-once`` — when k ≥ 2 processes resumed one durable state concurrently (``dresume(k)``), no effect was
+  executed by more than one of them (one parked interrupt or pending step fires once);
+- ``recovery-deterministic`` — recovering the durable state of the last kill a second time (a copy, another
+  process, no kill) ends with the same result as the case did.
+
+A property that the evidence cannot judge is left out of ``judge``'s answer, never reported as holding:
+``matches-baseline`` without a crash-free result, ``consume-once`` without concurrent resumes,
+``recovery-deterministic`` without a second recovery.
 
 Invariant protected: each property is a pure function of the evidence (no I/O), returns one line per problem, and
 is proven able to fail by a planted defect (tests/unit/chaos/test_properties.py on hand-built evidence,
 tests/integration/test_probe.py with tests/agents/workflow.py under real kills).
 
-Not here: gathering the evidence (chaos.probecase), the contract's invariants (chaos.oracle). ``consume-once`` and
-``recovery-deterministic`` (issue 11) are not written yet.
+Not here: gathering the evidence (chaos.probecase), the contract's invariants (chaos.oracle).
 """
 
 from __future__ import annotations
@@ -31,6 +38,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 PROPERTIES = ("state-loads", "recorded-not-redone", "effects-bounded", "completes", "matches-baseline")
+# Judged only when a case has the evidence: concurrent resumes (a dresume(k) schedule), a second recovery (it costs
+# one more recovery per case, so a target lists it when it wants it).
+ALL_PROPERTIES = (*PROPERTIES, "consume-once", "recovery-deterministic")
 NO_BASELINE = object()  # matches-baseline is not judged without a crash-free result
 
 
@@ -55,6 +65,7 @@ class ProbeEvidence:
     final: dict = field(default_factory=dict)  # inspection record of the final state
     verdict: str = "exit:0"  # the supervisor's verdict (chaos.records): "exit:N", "hang", "crash", …
     baseline: Any = NO_BASELINE  # the crash-free run's final result
+    again: Any = NO_BASELINE  # the final result of recovering the last kill's durable state a second time
 
 
 def _reader(inspection: dict | None) -> dict:
@@ -122,17 +133,47 @@ def matches_baseline(ev: ProbeEvidence) -> list[str]:
     return []
 
 
+def consume_once(ev: ProbeEvidence) -> list[str]:
+    """Among the launches that resumed concurrently (role ``dresume``), each effect ran at most once."""
+    concurrent = {l.index for l in ev.launches if l.role == "dresume"}
+    counts = Counter(key for key, launch in ev.effects if launch in concurrent)
+    return [f"effect {key!r} ran {n} times in {len(concurrent)} concurrent resumes (launches "
+            f"{sorted(l for k, l in ev.effects if k == key and l in concurrent)}); it must fire once"
+            for key, n in counts.items() if n > 1]
+
+
+def recovery_deterministic(ev: ProbeEvidence) -> list[str]:
+    """Recovering the last kill's durable state again ends with the case's final result."""
+    result = _reader(ev.final).get("result")
+    if ev.again != result:
+        return [f"recovering the same durable state again ended with {ev.again!r}, the case with {result!r}"]
+    return []
+
+
+def judgeable(ev: ProbeEvidence, name: str) -> bool:
+    """Whether the evidence can judge property ``name`` (module docstring)."""
+    if name == "matches-baseline":
+        return ev.baseline is not NO_BASELINE
+    if name == "consume-once":
+        return sum(1 for l in ev.launches if l.role == "dresume") >= 2
+    if name == "recovery-deterministic":
+        return ev.again is not NO_BASELINE
+    return True
+
+
 def judge(ev: ProbeEvidence, *, bound: int = 1, max_launches: int = 4,
           properties: tuple[str, ...] = PROPERTIES) -> dict[str, list[str]]:
-    """Each property of ``properties`` → its problems (an empty list: it holds)."""
+    """Each judgeable property of ``properties`` → its problems (an empty list: it holds)."""
     checks: dict[str, Callable[[], list[str]]] = {
         "state-loads": lambda: state_loads(ev),
         "recorded-not-redone": lambda: recorded_not_redone(ev),
         "effects-bounded": lambda: effects_bounded(ev, bound),
         "completes": lambda: completes(ev, max_launches),
         "matches-baseline": lambda: matches_baseline(ev),
+        "consume-once": lambda: consume_once(ev),
+        "recovery-deterministic": lambda: recovery_deterministic(ev),
     }
     unknown = [p for p in properties if p not in checks]
     if unknown:
-        raise ValueError(f"unknown property {unknown[0]!r} (known: {', '.join(PROPERTIES)})")
-    return {name: checks[name]() for name in properties}
+        raise ValueError(f"unknown property {unknown[0]!r} (known: {', '.join(ALL_PROPERTIES)})")
+    return {name: checks[name]() for name in properties if judgeable(ev, name)}

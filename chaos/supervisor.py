@@ -605,8 +605,9 @@ class _Case:
         launches = [self.run_rec.launches[i] for i in self.generation]
         fault_killed = any(l.killed_by == "fault" for l in launches)
         if fault_killed or any(f.action == "ioerror" for f in self.gen_faults):
-            if any(f.action == "dresume" for f in self.gen_faults):
-                self._launch_generation([("dresume", self.cmd.resume), ("dresume", self.cmd.resume)])
+            concurrent = max((f.resumes for f in self.gen_faults if f.action == "dresume"), default=0)
+            if concurrent:
+                self._launch_generation([("dresume", self.cmd.resume)] * concurrent)
             else:
                 self._launch_generation([("resume", self.cmd.resume)])
             return

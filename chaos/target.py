@@ -49,7 +49,11 @@ from typing import Any
 
 from chaos.errors import ChaosError
 from chaos.oracle import INVARIANTS  # a target may declare the subset of the oracle's invariants that applies
-KINDS = ("contract",)  # the session contract (SPEC.md); probe targets of other kinds come later (issue [3/5])
+from chaos.properties import PROPERTIES  # ... and a python target the subset of the probe properties
+
+# "contract": writes the session contract (SPEC.md), judged by the oracle; "python": an unmodified Python program run
+# under the injected probe (chaos.probe), judged by the properties (chaos.properties).
+KINDS = ("contract", "python")
 PLANNER_SCOPES = ("recovery", "all")
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = "{python}"  # in a recorded target: "the interpreter running killpoint" (the path differs per machine)
@@ -73,6 +77,48 @@ BUNDLED_PRELOAD = ("agent.warm",)
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
 _PLACEHOLDERS = frozenset({"{command}", "{flags}", "{session_dir}", "{workspace}", "{prompt}", "{log}",
                            "{current}", "{session}", "{restart}"})
+
+
+@dataclass(frozen=True)
+class ProbeProgram:
+    """How to run and read an unmodified Python program under the probe (a ``kind = "python"`` target).
+
+    ``program`` and ``reader`` are ``PROGRAM ARGS`` or ``-m MODULE ARGS``, both run by ``python`` (the target's own
+    interpreter environment, chaos.environments; None when it is not prepared); the word ``{case}`` stands for the
+    case directory (the reader's: a copy of it, chaos.probe.inspect). ``state`` and ``sqlite`` are relative to the
+    case directory. ``vocabulary`` is the fact names its barriers may carry (``chaos.probe.vocabulary``)."""
+
+    name: str
+    program: tuple[str, ...]
+    vocabulary: tuple[str, ...]
+    state: tuple[str, ...] = ("state",)
+    sqlite: tuple[str, ...] = ()
+    reader: tuple[str, ...] | None = None  # prints {"done": [...], "result": ..., "complete": bool}
+    env: tuple[tuple[str, str], ...] = ()
+    effect_bound: int = 1  # the program's documented guarantee: at most this many executions of one effect
+    max_launches: int = 4
+    properties: tuple[str, ...] = PROPERTIES
+    python: str | None = sys.executable
+    requirements: tuple[str, ...] = ()  # exact pins of its environment (chaos targets prepare)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "program": list(self.program), "vocabulary": list(self.vocabulary),
+                "state": list(self.state), "sqlite": list(self.sqlite),
+                "reader": list(self.reader) if self.reader else None, "env": dict(self.env),
+                "effect_bound": self.effect_bound, "max_launches": self.max_launches,
+                "properties": list(self.properties), "requirements": list(self.requirements),
+                "python": PYTHON if self.python == sys.executable else self.python}
+
+    @classmethod
+    def from_json(cls, v: Mapping[str, Any]) -> ProbeProgram:
+        python = v.get("python")
+        return cls(name=v["name"], program=tuple(v["program"]), vocabulary=tuple(v["vocabulary"]),
+                   state=tuple(v.get("state") or ()), sqlite=tuple(v.get("sqlite") or ()),
+                   reader=tuple(v["reader"]) if v.get("reader") else None,
+                   env=tuple(sorted((v.get("env") or {}).items())), effect_bound=int(v.get("effect_bound", 1)),
+                   max_launches=int(v.get("max_launches", 4)), properties=tuple(v.get("properties") or PROPERTIES),
+                   python=sys.executable if python == PYTHON else python,
+                   requirements=tuple(v.get("requirements") or ()))
 
 
 class TargetError(ChaosError):
@@ -109,6 +155,7 @@ class Target:
     # once (only for `python -m MODULE` commands of this interpreter); "exec" starts each one from scratch.
     launcher: str = "zygote"
     preload: tuple[str, ...] = BUNDLED_PRELOAD
+    probe: ProbeProgram | None = None  # kind "python": the program under the probe (the launch templates unused)
 
     # ---- identity --------------------------------------------------------------------------------------------
 
@@ -125,6 +172,8 @@ class Target:
                  "env": [list(p) for p in self.env], "configuration_flags": self.configuration_flags}
         if self.bundled:
             ident["source"] = agent_source_digest()
+        if self.probe is not None:
+            ident["probe"] = {**self.probe.to_json(), "python": None, "digest": _program_digest(self.probe)}
         if with_bugs:
             ident["bugs"] = sorted(self.bugs)
             ident["planner"] = [self.planner_command, self.planner_scope] if self.planner_command else None
@@ -146,10 +195,29 @@ class Target:
         return replace(self, planner_command=command or None, planner_scope=scope or self.planner_scope)
 
     def zygote_module(self) -> str | None:
-        """The module a zygote can run for this target (``python -m MODULE`` by this interpreter), or None."""
-        if self.launcher != "zygote" or len(self.command) < 3 or self.command[:2] != (sys.executable, "-m"):
+        """The module a zygote can run for this target (``python -m MODULE`` by this interpreter, or the probe's
+        runner in a python target's own interpreter), or None."""
+        if self.launcher != "zygote":
+            return None
+        if self.probe is not None:
+            return "chaos.probe.run" if self.probe.python else None
+        if len(self.command) < 3 or self.command[:2] != (sys.executable, "-m"):
             return None
         return self.command[2]
+
+    def interpreter(self) -> str:
+        """The Python that runs this target's processes (a python target's prepared environment)."""
+        if self.probe is not None and self.probe.python:
+            return self.probe.python
+        return sys.executable
+
+    def interpreter_env(self) -> dict[str, str]:
+        """What a process of another interpreter environment needs to import the probe (chaos.environments)."""
+        if self.interpreter() == sys.executable:
+            return {}
+        from chaos.environments import probe_path
+
+        return {"PYTHONPATH": probe_path()}
 
     def label(self) -> str:
         """How a person names this target in one line: ``bundled``, ``bundled AGENT_BUGS=x``, ``my-agent …``."""
@@ -239,7 +307,7 @@ class Target:
             "planner_scope": self.planner_scope, "invariants": list(self.invariants), "effects": self.effects,
             "model": self.model, "settled_exits": list(self.settled_exits), "blocked_exit": self.blocked_exit,
             "locked_exit": self.locked_exit, "source": self.source, "launcher": self.launcher,
-            "preload": list(self.preload),
+            "preload": list(self.preload), "probe": self.probe.to_json() if self.probe else None,
         }
 
     @classmethod
@@ -254,7 +322,9 @@ class Target:
         launch = v.get("launch") or {}
         known = {f.name for f in fields(cls)}
         kwargs: dict[str, Any] = {k: v[k] for k in known & set(v) if k not in (
-            "command", "env", "launch", "bugs", "invariants", "settled_exits", "preload")}
+            "command", "env", "launch", "bugs", "invariants", "settled_exits", "preload", "probe")}
+        if v.get("probe"):
+            kwargs["probe"] = ProbeProgram.from_json(v["probe"])
         if "preload" in v:
             kwargs["preload"] = tuple(v["preload"] or ())
         if "launcher" not in v and (v.get("source") or v.get("config")):
@@ -301,6 +371,8 @@ def load_target(path: str | Path) -> Target:
         raise TargetError(f"{path}: toml: {exc}") from None
     except RecursionError:
         raise TargetError(f"{path}: toml: nested too deeply") from None
+    if data.get("kind") == "python":
+        return python_target(data, path.resolve().parent, str(path), source=str(path.resolve()))
     problems: list[str] = []
 
     def bad(key: str, message: str) -> None:
@@ -397,6 +469,97 @@ def load_target(path: str | Path) -> Target:
         locked_exit=exits.get("locked", 6), source=str(path.resolve()), launcher=launcher,
         preload=tuple(preload) or ((argv[2],) if launcher == "zygote" else ()),
     )
+
+
+PYTHON_KEYS = ("name", "kind", "requirements", "program", "reader", "state", "sqlite", "tables", "files", "points",
+               "effect_bound", "max_launches", "properties", "preload", "env", "launcher")
+
+
+def python_target(data: Mapping[str, Any], base: Path, where: str, *, source: str | None = None,
+                  name: str | None = None) -> Target:
+    """A ``kind = "python"`` target from its TOML table (a target file, or a probe scenario's ``[target]``); every
+    problem at once as ``where: key: message`` lines. ``./x`` words of ``program``/``reader`` are relative to
+    ``base``. Its interpreter is the prepared environment of its ``requirements`` (None when not prepared)."""
+    from chaos.environments import interpreter
+    from chaos.probe import vocabulary
+
+    problems: list[str] = []
+
+    def bad(key: str, message: str) -> None:
+        problems.append(f"{where}: {key}: {message}")
+
+    unknown = sorted(set(data) - set(PYTHON_KEYS))
+    if unknown:
+        bad(unknown[0], f"unknown key for a python target (expected some of {', '.join(PYTHON_KEYS)})")
+    lists = {}
+    for key in ("requirements", "state", "sqlite", "tables", "files", "points", "preload"):
+        value = data.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(x, str) and x for x in value):
+            bad(key, "must be a list of non-empty strings")
+            value = []
+        lists[key] = value
+    for pin in lists["requirements"]:
+        if "==" not in pin and "@" not in pin:
+            bad("requirements", f"{pin!r}: pin an exact version (name==X.Y.Z): a campaign must be reproducible")
+    for rel in (*lists["state"], *lists["sqlite"]):
+        if os.path.isabs(rel) or ".." in Path(rel).parts:
+            bad("state", f"{rel!r}: must be relative to the case directory, inside it")
+    argvs = {}
+    for key in ("program", "reader"):
+        value = data.get(key)
+        if value is None and key == "reader":
+            argvs[key] = None
+            continue
+        if not _strings(value) or not value:
+            bad(key, "a non-empty list of strings (PROGRAM ARGS or -m MODULE ARGS) is required")
+            value = ["-m", "missing"]
+        words = [str((base / w).resolve()) if w.startswith(("./", "../")) else w for w in value]
+        if words[0] != "-m" and not os.path.isfile(words[0].replace("{case}", "")):
+            bad(key, f"no such program file: {words[0]}")
+        argvs[key] = tuple(words)
+    numbers = {}
+    for key, default in (("effect_bound", 1), ("max_launches", 4)):
+        value = data.get(key, default)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            bad(key, "must be a positive integer")
+            value = default
+        numbers[key] = value
+    props = data.get("properties", list(PROPERTIES))
+    if not _strings(props) or not props:
+        bad("properties", "must be a non-empty list of property names")
+        props = list(PROPERTIES)
+    from chaos.properties import ALL_PROPERTIES
+
+    for prop in props:
+        if prop not in ALL_PROPERTIES:
+            bad("properties", f"unknown property {prop!r} (known: {', '.join(ALL_PROPERTIES)})")
+    env = data.get("env", {})
+    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+        bad("env", "must be a table of strings")
+        env = {}
+    launcher = data.get("launcher", "zygote")
+    if launcher not in LAUNCHERS:
+        bad("launcher", f"{launcher!r}: expected zygote or exec")
+    if problems:
+        raise TargetError(problems)
+    target_name = str(data.get("name") or name or Path(where).stem)
+    program = ProbeProgram(
+        name=target_name, program=argvs["program"], reader=argvs["reader"],
+        vocabulary=vocabulary(lists["tables"], lists["files"], lists["points"]), state=tuple(lists["state"]),
+        sqlite=tuple(lists["sqlite"]), env=tuple(sorted(env.items())), effect_bound=numbers["effect_bound"],
+        max_launches=numbers["max_launches"], properties=tuple(props),
+        python=interpreter(lists["requirements"]), requirements=tuple(lists["requirements"]))
+    return Target(name=target_name, kind="python", command=(), configuration_flags=False, invariants=(),
+                  source=source, launcher=launcher, preload=tuple(lists["preload"]), probe=program)
+
+
+def _program_digest(program: ProbeProgram) -> str:
+    """The digest of the program's and reader's script files (an edited app must not reuse stale kill points)."""
+    h = hashlib.sha256()
+    for word in (*program.program, *(program.reader or ())):
+        if word.endswith(".py") and os.path.isfile(word):
+            h.update(word.encode() + b"\0" + Path(word).read_bytes())
+    return h.hexdigest()[:16]
 
 
 def _strings(value: Any) -> bool:

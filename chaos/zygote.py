@@ -314,12 +314,15 @@ class ZygoteLauncher:
     """
 
     def __init__(self, module: str, preload: Sequence[str] = (), *, python: str = sys.executable,
-                 stderr: str | Path | None = None):
+                 stderr: str | Path | None = None, env: Mapping[str, str] | None = None):
         from chaos.process import SubprocessLauncher
 
         self.module = module
         self.preload = tuple(preload) or (module,)
         self.python = python
+        # Added to the zygote's own environment: what another interpreter environment needs to import the probe
+        # (PYTHONPATH, chaos.environments.probe_path). Read at interpreter start-up, so every launch shares it.
+        self.env = dict(env or {})
         self.exec = SubprocessLauncher()
         self.fallback: str | None = None
         self._status: dict[int, int] = {}  # launch id -> exit status (never by pid: pids are reused)
@@ -338,7 +341,7 @@ class ZygoteLauncher:
             self._proc = subprocess.Popen(
                 [self.python, "-m", "chaos.zygote", str(theirs.fileno()), *self.preload],
                 pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
-                close_fds=True, start_new_session=True)
+                close_fds=True, start_new_session=True, env={**os.environ, **self.env} if self.env else None)
         except OSError as exc:
             self.fallback = f"the zygote could not start: {exc}"
             mine.close()
@@ -555,7 +558,10 @@ def launcher_for(target, *, warn=None):
         if warn is not None:
             warn("zygote launcher unavailable (no pidfd on this kernel); launching by exec")
         return SubprocessLauncher()
-    launcher = ZygoteLauncher(module, target.preload or (module,))
+    preload = target.preload or (module,)
+    if target.probe is not None:  # the runner first: it installs the probe in each child before the program runs
+        preload = (module, *target.preload)
+    launcher = ZygoteLauncher(module, preload, python=target.interpreter(), env=target.interpreter_env())
     if launcher.fallback and warn is not None:
         warn(f"zygote launcher unavailable ({launcher.fallback}); launching by exec")
     return launcher

@@ -6,9 +6,11 @@ program's first import, so the program's ``sqlite3.connect``, ``os.fsync``, ``os
 wrapped ones. ``--state`` (repeatable; also ``CHAOS_PROBE_STATE``, paths joined by ``os.pathsep``) declares the
 files or directories whose writes are barriers; ``--session`` is the path the hello announces.
 
-A restart of a probe case also has ``--inspect DIR`` (with ``--sqlite PATH``… and ``--reader JSON-ARGV``): before
-anything else, the state the restart finds is inspected (``chaos.probe.inspect``) and recorded in ``DIR/<pid>.json``.
-It is an option of the runner, not a separate command, so that restarts too can be forked by the zygote.
+A restart of a probe case also has ``--inspect DIR --case CASE`` (with ``--copy PATH``…, ``--sqlite PATH``… and
+``--reader JSON-ARGV``, paths relative to ``CASE``): before anything else, the state the restart finds is inspected
+on a copy (``chaos.probe.inspect``) and recorded in ``DIR/<pid>.json``. ``--only`` stops there (the final
+inspection of a case). It is an option of the runner, not a separate command, so that inspections too are forked by
+the zygote, whose preload already imported the framework the reader uses.
 
 Invariant protected: the program sees the argv, ``sys.path[0]`` and ``__main__`` it would see when run by
 ``python PROGRAM ARGS`` (or ``python -m MODULE ARGS``), and its exit status is its own (``SystemExit`` and uncaught
@@ -25,8 +27,9 @@ import runpy
 import sys
 from dataclasses import dataclass, field
 
-USAGE = ("usage: python -m chaos.probe.run [--state PATH]... [--session PATH] [--inspect DIR [--sqlite PATH]... "
-         "[--reader JSON-ARGV]] -- PROGRAM [ARGS...] | -- -m MODULE [ARGS...]")
+USAGE = ("usage: python -m chaos.probe.run [--state PATH]... [--session PATH] [--inspect DIR --case CASE "
+         "[--copy PATH]... [--sqlite PATH]... [--reader JSON-ARGV] [--only]] -- PROGRAM [ARGS...] | -- -m MODULE "
+         "[ARGS...]")
 
 
 @dataclass
@@ -38,6 +41,9 @@ class Options:
     inspect: str | None = None
     sqlite: list[str] = field(default_factory=list)
     reader: list[str] | None = None
+    case: str | None = None
+    copy: list[str] = field(default_factory=list)
+    only: bool = False
     program: list[str] = field(default_factory=list)
 
 
@@ -47,12 +53,16 @@ def parse(argv: list[str]) -> Options:
     i = 0
     while i < len(argv) and argv[i] != "--":
         word = argv[i]
-        if word not in ("--state", "--session", "--inspect", "--sqlite", "--reader"):
+        if word == "--only":
+            opts.only = True
+            i += 1
+            continue
+        if word not in ("--state", "--session", "--inspect", "--sqlite", "--reader", "--case", "--copy"):
             raise ValueError(f"unknown option {word!r} (the program comes after '--')")
         if i + 1 >= len(argv) or not argv[i + 1] or argv[i + 1] == "--":
             raise ValueError(f"{word} needs a value")
         value = argv[i + 1]
-        if word in ("--state", "--sqlite"):
+        if word in ("--state", "--sqlite", "--copy"):
             getattr(opts, word[2:]).append(value)
         elif word == "--reader":
             try:
@@ -69,8 +79,10 @@ def parse(argv: list[str]) -> Options:
         raise ValueError("no program after '--'")
     if opts.program[0] == "-m" and len(opts.program) < 2:
         raise ValueError("-m needs a module name")
-    if (opts.sqlite or opts.reader) and not opts.inspect:
-        raise ValueError("--sqlite and --reader need --inspect DIR")
+    if (opts.sqlite or opts.reader or opts.copy or opts.only) and not opts.inspect:
+        raise ValueError("--copy, --sqlite, --reader and --only need --inspect DIR")
+    if opts.inspect and not opts.case:
+        raise ValueError("--inspect needs --case DIR (the directory the state paths are relative to)")
     return opts
 
 
@@ -88,10 +100,14 @@ def main(argv: list[str] | None = None) -> None:
         # Before the probe is installed: the inspection must not announce barriers of its own.
         from chaos.probe.inspect import inspect_state
 
-        record = inspect_state(opts.sqlite, opts.reader, os.environ)
+        stem = os.path.join(os.path.abspath(opts.inspect), str(os.getpid()))
+        record = inspect_state(opts.case, opts.copy, opts.sqlite, opts.reader, stem + ".case")
         os.makedirs(opts.inspect, exist_ok=True)
-        with open(os.path.join(opts.inspect, f"{os.getpid()}.json"), "w", encoding="utf-8") as f:
+        with open(stem + ".json.tmp", "w", encoding="utf-8") as f:
             json.dump(record, f)
+        os.replace(stem + ".json.tmp", stem + ".json")  # whole or absent: the launch may be killed meanwhile
+        if opts.only:
+            return
     import chaos.probe as probe
 
     probe.install(opts.state, opts.session)

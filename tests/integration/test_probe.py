@@ -23,7 +23,7 @@ WORKFLOW = HERE / "workflow.py"
 PROGRAM = ProbeProgram(
     name="workflow", program=(str(WORKFLOW), "{case}/state"),
     vocabulary=vocabulary(("progress", "cursor"), ("status.json", "status.json.tmp"), ("effected",)),
-    sqlite=("state/wf.db",), reader=(sys.executable, str(WORKFLOW), "--read", "{case}/state"),
+    sqlite=("state/wf.db",), reader=(str(WORKFLOW), "--read", "{case}/state"),
     effect_bound=2,  # at-least-once: a kill between an effect and its record repeats it once
     max_launches=3)
 STEP_FACTS = [["point", "effected"], ["commit", "progress", "cursor"], ["write", "status_json_tmp"],

@@ -53,10 +53,13 @@ def test_runner_arguments_and_environment(monkeypatch):
     """State paths come from CHAOS_PROBE_STATE and --state, the inspection options are kept, and everything after
     '--' is the program."""
     monkeypatch.setenv("CHAOS_PROBE_STATE", "/s1")
-    opts = parse(["--state", "/s2", "--session", "/db", "--inspect", "/i", "--sqlite", "/db", "--reader", '["r"]',
-                  "--", "p.py", "--state"])
+    opts = parse(["--state", "/s2", "--session", "/db", "--inspect", "/i", "--case", "/c", "--copy", "s",
+                  "--sqlite", "s/db", "--reader", '["r"]', "--only", "--", "p.py", "--state"])
     assert (opts.state, opts.session, opts.program) == (["/s1", "/s2"], "/db", ["p.py", "--state"])
-    assert (opts.inspect, opts.sqlite, opts.reader) == ("/i", ["/db"], ["r"])
+    assert (opts.inspect, opts.case, opts.copy, opts.sqlite, opts.reader, opts.only) == (
+        "/i", "/c", ["s"], ["s/db"], ["r"], True)
+    with pytest.raises(ValueError, match="--inspect needs --case"):
+        parse(["--inspect", "/i", "--", "p.py"])
 
 
 def test_runner_bad_input_is_one_line_and_exit_2(tmp_path):

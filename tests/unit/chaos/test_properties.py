@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from chaos.properties import (NO_BASELINE, PROPERTIES, LaunchEvidence, ProbeEvidence, completes, effects_bounded,
-                              judge, matches_baseline, recorded_not_redone, state_loads)
+from chaos.properties import (ALL_PROPERTIES, NO_BASELINE, PROPERTIES, LaunchEvidence, ProbeEvidence, completes,
+                              consume_once, effects_bounded, judge, matches_baseline, recorded_not_redone,
+                              recovery_deterministic, state_loads)
 
 
 def found(done, result=None, complete=False, integrity="ok"):
@@ -100,5 +101,42 @@ class TestMatchesBaseline:
 
 def test_unknown_property_is_refused():
     """Asking for a property that does not exist is an error naming the known ones."""
-    with pytest.raises(ValueError, match="unknown property 'consume-once'.*state-loads"):
-        judge(correct(), properties=("consume-once",))
+    with pytest.raises(ValueError, match="unknown property 'consume-twice'.*state-loads"):
+        judge(correct(), properties=("consume-twice",))
+
+
+def concurrent(*effects) -> ProbeEvidence:
+    """Killed at a parked interrupt, then three processes resumed it at once (dresume(3))."""
+    return correct(launches=(LaunchEvidence(0, "step", -9, True), *(
+        LaunchEvidence(i, "dresume", 0, False, None, found("a", 1)) for i in (1, 2, 3))), effects=effects)
+
+
+class TestConsumeOnce:
+    def test_one_of_the_concurrent_resumes_fires_it(self):
+        """The effect fired by one of three concurrent resumes holds."""
+        assert consume_once(concurrent(("a", 0), ("b", 2), ("c", 2))) == []
+
+    def test_two_concurrent_resumes_firing_it_fails(self):
+        """The same effect fired by two concurrent resumes fails, naming both launches."""
+        assert consume_once(concurrent(("a", 0), ("b", 1), ("b", 3))) == [
+            "effect 'b' ran 2 times in 3 concurrent resumes (launches [1, 3]); it must fire once"]
+
+    def test_not_judged_without_concurrent_resumes(self):
+        """A case with no concurrent resume leaves consume-once out of the judgement (never a silent pass)."""
+        assert "consume-once" not in judge(correct(), properties=ALL_PROPERTIES)
+        assert judge(concurrent(("b", 1), ("b", 2)), properties=("consume-once",))["consume-once"]
+
+
+class TestRecoveryDeterministic:
+    def test_same_result_holds(self):
+        """A second recovery of the same durable state that ends with the case's result holds."""
+        assert recovery_deterministic(correct(again=123)) == []
+
+    def test_other_result_fails(self):
+        """A second recovery that ends elsewhere fails, with both results."""
+        assert recovery_deterministic(correct(again=124)) == [
+            "recovering the same durable state again ended with 124, the case with 123"]
+
+    def test_not_judged_without_a_second_recovery(self):
+        """Without a second recovery the property is left out of the judgement."""
+        assert "recovery-deterministic" not in judge(correct(), properties=ALL_PROPERTIES)
