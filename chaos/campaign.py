@@ -75,7 +75,7 @@ from chaos.schedules.exhaustive import Exhaustive
 from chaos.schedules.random import Random
 from chaos.schedules.torn import Torn
 from chaos.target import Target
-from chaos.status import ERROR, FAIL, FLAKY, NOT_REACHED, PASS
+from chaos.status import ERROR, EXPECTED, FAIL, FLAKY, NOT_REACHED, PASS
 from chaos.workers import WorkerConfig, WorkerPool
 
 RESULT = "result.json"
@@ -381,7 +381,10 @@ class Entry:
 
 
 def load_library(paths: Sequence[str], tags: Sequence[str] = ()) -> list[Entry]:
-    """Load the scenario files under ``paths`` (the bundled library when empty), keeping those with any of ``tags``."""
+    """Load the scenario files under ``paths`` (the bundled library when empty), keeping those with any of ``tags``.
+
+    Probe scenarios (a ``[target]`` of kind "python": scenarios/frameworks/) are not part of the default sweep: they
+    run when named (their folder or file) or selected by a tag."""
     from chaos.scenario import load_scenarios
 
     scenarios, problems = load_scenarios(list(paths) or [bundled_scenarios()])
@@ -391,8 +394,13 @@ def load_library(paths: Sequence[str], tags: Sequence[str] = ()) -> list[Entry]:
     for sc in scenarios:
         if tags and not set(tags) & set(sc.tags):
             continue
-        data = Path(sc.source).read_bytes()
-        entries.append(Entry(sc.name, Path(sc.source).resolve(), hashlib.sha256(data).hexdigest()[:16], sc))
+        probe = getattr(sc, "the_target", None)
+        if probe is not None and not paths and not tags:
+            continue
+        h = hashlib.sha256(Path(sc.source).read_bytes())
+        if probe is not None:  # its program, pins and settings name its kill points as much as the file does
+            h.update(probe.key().encode())
+        entries.append(Entry(sc.name, Path(sc.source).resolve(), h.hexdigest()[:16], sc))
     if not entries:
         raise CampaignError(f"no scenario matches tags {', '.join(tags)}" if tags else "no scenario files found")
     return entries
@@ -408,6 +416,10 @@ def _load_json(path: Path) -> Any | None:
 def _points(entry: Entry, transactions: Sequence[Mapping]) -> ScenarioPoints:
     sc = entry.scenario
     pinned = tuple(tuple(s.faults) for s in sc.schedules)
+    if getattr(sc, "the_target", None) is not None:
+        return ScenarioPoints(entry.name, tuple(Transaction.from_json(t) for t in transactions), pinned, tuple(sc.tags),
+                              max(1, len(sc.runs)), tuple(len(r.turns) for r in sc.runs) or (1,),
+                              vocabulary=sc.the_target.probe.vocabulary)
     restart_changes = bool(sc.restart.changes_configuration or sc.restart.then)
     return ScenarioPoints(entry.name, tuple(Transaction.from_json(t) for t in transactions), pinned, tuple(sc.tags),
                           len(sc.runs), tuple(len(r.turns) for r in sc.runs), restart_changes=restart_changes)
@@ -654,14 +666,21 @@ class Campaign:
         finally:
             self.reporter.stop()
             for e in self.entries:
-                if e.baseline and not e.ok:
+                if e.baseline.get("skipped"):
+                    self.reporter.message(f"SKIPPED {e.name}: {e.baseline['skipped']}")
+                elif e.baseline and not e.ok:
                     for problem in e.baseline.get("problems", []) + e.baseline.get("why", []):
                         self.reporter.message(f"BASELINE {e.name}: {problem} (its cases are not run)")
+                for note in e.baseline.get("notes") or []:
+                    self.reporter.message(f"note {e.name}: {note}")
         if self.options.mode == "exhaustive" and self.options.depth == 2:
             self._discover_recoveries(pool)
 
     def _adopt(self, e: Entry, value: Mapping[str, Any]) -> None:
         e.baseline = {k: value.get(k) for k in ("ok", "problems", "durations", "failures", "case_dirs")}
+        for k in ("skipped", "notes"):  # a probe scenario's: why it did not run; what its crash-free runs showed
+            if value.get(k):
+                e.baseline[k] = value[k]
         e.baseline["transactions"] = len(value.get("transactions", []))
         if value.get("ok"):
             e.points = _points(e, value["transactions"])
@@ -683,6 +702,8 @@ class Campaign:
         for e in self.entries:
             if not e.ok or o.pinned_only or (o.regressions_pinned and REGRESSION_TAG in e.points.tags):
                 continue  # its schedules are pinned: no second level to discover
+            if e.points.vocabulary is not None:
+                continue  # a probe scenario: depth 1 only
             firsts = [case.schedule[0] for case in first_policy.cases([e.points])]
             phase["planned"] += len(firsts)
             cached = self.baselines.load(self.baselines.recoveries_stem(e.name, e.digest))
@@ -744,7 +765,12 @@ class Campaign:
     def cases(self) -> Iterator[CaseSpec]:
         """The campaign's case list (lazy: random --duration is endless), after ``--shard``."""
         o = self.options
-        lib = self.library()
+        everything = self.library()
+        # Probe scenarios (a Python program, chaos.probe): a kill (or dresume) at every durable write, depth 1, and
+        # their pinned schedules. int/ioerror/torn/powerloss need the session contract's announced offsets and
+        # abort protocol, depth 2 its durable-state digests: not offered (docs/frameworks.md).
+        probes = [p for p in everything if p.vocabulary is not None]
+        lib = [p for p in everything if p.vocabulary is None]
         if o.mode == "random":
             stream: Iterable[CaseSpec] = Random(o.seed or 0, o.cases, o.max_faults, tuple(o.random_actions)).cases(lib)
         else:
@@ -757,6 +783,9 @@ class Campaign:
             if o.depth == 2:
                 streams.append(Depth2().cases(enumerated))
             streams.append(Exhaustive((), pinned=True).cases(pinned_only))
+            probe_actions = tuple(a for a in ("kill", "dresume") if a in o.faults)
+            streams.append(Exhaustive(probe_actions if not o.pinned_only else (), pinned=o.pinned or o.pinned_only
+                                      ).cases(probes))
             stream = _chain(streams)
         if o.shard:
             k, n = parse_shard(o.shard)
@@ -906,7 +935,10 @@ class Campaign:
         else:
             params["plan"] = dict(plan)
             # Scenarios whose baseline never ran (the budget ended first) have no entry: nothing failed there.
-            params["baselines"] = {e.name: {**e.baseline, "file": str(e.path), "digest": e.digest}
+            params["baselines"] = {e.name: {**e.baseline, "file": str(e.path), "digest": e.digest,
+                                            **({"probe": True, "expect_failure": e.scenario.expect_failure}
+                                               if e.points is not None and e.points.vocabulary is not None
+                                               or getattr(e.scenario, "the_target", None) is not None else {})}
                                    for e in self.entries if e.baseline}
             params["discovery"] = self.discovery
             params["scenario_names"] = [e.name for e in self.entries]  # the series of chaos.report.history
@@ -1193,9 +1225,10 @@ class CampaignResult:
 
     @property
     def ok(self) -> bool:
-        """No reproduced failure, no harness error, every baseline sound."""
+        """No reproduced failure, no harness error, every baseline sound (a skipped one — its environment is not
+        prepared — is reported apart, with its reason)."""
         return (self.cases.get(FAIL, 0) == 0 and self.cases.get(ERROR, 0) == 0
-                and all(b.get("ok") for b in self.baselines.values()))
+                and all(b.get("ok") or b.get("skipped") for b in self.baselines.values()))
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -1213,7 +1246,7 @@ def build_result(params: Mapping[str, Any], records: Mapping[str, Mapping[str, A
     counts = Counter(r["status"] for r in recs)
     planned = plan.get("cases")
     cases = {"planned": planned if planned is not None else len(recs), "done": len(recs),
-             **{s: counts.get(s, 0) for s in (PASS, FAIL, FLAKY, NOT_REACHED, ERROR)}}
+             **{s: counts.get(s, 0) for s in (PASS, FAIL, FLAKY, NOT_REACHED, ERROR, EXPECTED)}}
     cases["not_run"] = max(0, cases["planned"] - len(recs)) if planned is not None else 0
     by_invariant: Counter = Counter()
     failed = []
@@ -1327,7 +1360,7 @@ def _coverage_order(key: str) -> tuple[int, int]:
     return (FACT_NAMES.index(fact) if fact in FACT_NAMES else 99, PHASES.index(phase) if phase in PHASES else 9)
 
 
-def coverage_lines(cov: Mapping[str, Any]) -> list[str]:
+def coverage_lines(cov: Mapping[str, Any], probe_only: bool = False) -> list[str]:
     """Human lines: ``toolStarted@after-sync: 14/14 reached`` per point, then the planner rules."""
     lines = []
     for table, title in (("points", "kill points"), ("recovery", "kill points during recovery (depth 2)")):
@@ -1338,8 +1371,37 @@ def coverage_lines(cov: Mapping[str, Any]) -> list[str]:
     rules = cov.get("rules") or {}
     if rules:
         lines.append("planner rules on restart: " + ", ".join(f"{k}×{v}" for k, v in rules.items()))
-    if cov.get("rules_unreached"):
+    if cov.get("rules_unreached") and (rules or not probe_only):
         lines.append("planner rules never reached on restart: " + ", ".join(cov["rules_unreached"]))
+    return lines
+
+
+def probe_lines(result: CampaignResult) -> list[str]:
+    """Per probe scenario (a Python program under chaos.probe): its cases and cases/s (case time, summed over the
+    workers), its expected failures with their reason, an unexpected pass, or why it was skipped."""
+    lines = []
+    for name, b in result.baselines.items():
+        if not b.get("probe"):
+            continue
+        if b.get("skipped"):
+            lines.append(f"  SKIPPED {name}: {b['skipped']}")
+            continue
+        recs = [r for r in result.records if r.get("scenario") == name]
+        if not recs:
+            continue
+        spent = sum(float(r.get("duration") or 0) for r in recs)
+        by = Counter(r["status"] for r in recs)
+        lines.append(f"  target {name}: {len(recs)} cases, {spent:.1f} s of case time ({len(recs) / max(spent, 1e-9):.2f}"
+                     f" cases/s), pass {by[PASS]}, fail {by[FAIL]}, expected failure {by[EXPECTED]}, not reached "
+                     f"{by[NOT_REACHED]}")
+        expected = [r for r in recs if r["status"] == EXPECTED]
+        if expected:
+            props = Counter(f["invariant"] for r in expected for f in r.get("failures", []))
+            points = ", ".join(r["id"].partition("::")[2] for r in expected[:4]) + (" …" if len(expected) > 4 else "")
+            lines.append(f"    EXPECTED FAILURE {', '.join(f'{k} ×{v}' for k, v in props.items())} at {points}")
+            lines.append(f"      reason: {b.get('expect_failure')}")
+        elif b.get("expect_failure") and by[PASS]:
+            lines.append(f"    UNEXPECTED PASS: declared to fail ({b['expect_failure']}), but every case held")
     return lines
 
 
@@ -1356,10 +1418,12 @@ def summary_lines(result: CampaignResult, directory: Path | None = None) -> list
         f"campaign {result.name}: {c['done']}/{c['planned']} cases in {_hms(result.duration)} "
         f"({result.cases_per_second:.2f} cases/s), {result.kills} kills, {result.restarts} restarts",
         f"  pass {c[PASS]}, fail {c[FAIL]}, flaky {c[FLAKY]}, not reached {c[NOT_REACHED]}, error {c[ERROR]}"
+        + (f", expected failure {c[EXPECTED]}" if c.get(EXPECTED) else "")
         + (f", not run {c['not_run']}" if c.get("not_run") else ""),
     ]
+    lines += probe_lines(result)
     for name, b in result.baselines.items():
-        if not b.get("ok"):
+        if not b.get("ok") and not b.get("skipped"):
             lines.append(f"  BASELINE {name}: " + "; ".join(b.get("problems") or ["failed"]))
             lines += [f"    {why}" for why in b.get("why") or []]
     cut_short = {r["id"] for r in result.records if (r.get("shrink") or {}).get("exhausted")}
@@ -1372,7 +1436,8 @@ def summary_lines(result: CampaignResult, directory: Path | None = None) -> list
         lines.append(f"  FLAKY {f['id']} ({', '.join(f['invariants'])} did not reproduce on re-run)")
     for e in result.errors:
         lines.append(f"  ERROR {e['id']}: {e['detail']}")
-    lines += ["  " + line for line in coverage_lines(result.coverage)]
+    probe_only = bool(result.baselines) and all(b.get("probe") for b in result.baselines.values())
+    lines += ["  " + line for line in coverage_lines(result.coverage, probe_only)]
     if directory is not None:
         lines.append(f"  journal and result: {directory}")
     return lines

@@ -147,6 +147,9 @@ def run_command(scenario: str, kills: tuple[str, ...], target_file, agent_bugs: 
     loaded = _load_scenario_or_exit(scenario)
     from chaos.faults import FaultSyntaxError, format_schedule, parse_schedule
 
+    if getattr(loaded, "the_target", None) is not None:
+        _run_probe_scenario(loaded, kills, keep, reports_dir, case_timeout)
+
     schedules: list[str] = []
     for text in kills:
         try:
@@ -196,6 +199,75 @@ def run_command(scenario: str, kills: tuple[str, ...], target_file, agent_bugs: 
     elif work.exists():
         out.print(f"case directories kept under {work}", style="dim")
     raise SystemExit(0 if all(r.ok for r in results) else 1)
+
+
+def _run_probe_scenario(loaded, kills: tuple[str, ...], keep: bool, reports_dir: str, case_timeout: float) -> None:
+    """``chaos run`` of a probe scenario (a Python program under chaos.probe): crash-free run, then each case,
+    judged by the properties (chaos.properties); the repro command of a probe failure in a campaign report."""
+    import shutil
+    import time
+    from pathlib import Path
+
+    from chaos import verdict
+    from chaos.case import case_slug, shared_launcher
+    from chaos.faults import FaultSyntaxError, format_schedule, parse_schedule
+    from chaos.probecase import kill_points, run_probe_case
+    from chaos.supervisor import Limits
+
+    target = loaded.the_target
+    program = target.probe
+    schedules: list[str] = []
+    for text in kills:
+        try:
+            parsed = parse_schedule(text, program.vocabulary)
+        except FaultSyntaxError as exc:
+            _fail_usage([f"--kill {text!r}: {exc}"])
+        if not parsed:
+            _fail_usage([f"--kill {text!r}: empty schedule"])
+        schedules.append(format_schedule(parsed))
+    if not program.python:
+        _fail_usage([f"{loaded.source}: its interpreter environment is not prepared: run `chaos targets prepare "
+                     f"{loaded.source}`"])
+    out = verdict.console()
+    work = Path(reports_dir).resolve() / f"{case_slug(loaded.name)}-{time.strftime('%Y%m%d-%H%M%S')}"
+    work.mkdir(parents=True, exist_ok=True)
+    limits = Limits(case_seconds=case_timeout, silence_seconds=min(case_timeout, 60.0))
+    launcher = shared_launcher(target)
+    model = loaded if loaded.runs else None
+    with out.status(f"{loaded.name}: crash-free run"):
+        base = run_probe_case(program, (), work, name="baseline", limits=limits, launcher=launcher, model=model)
+    failed = 0
+    if not base.passed:
+        out.print(f"BASELINE {loaded.name}: the crash-free run fails {', '.join(base.failed)}", style="bold red")
+        for prop in base.failed:
+            out.print(f"  {prop}: {base.problems[prop][0]}")
+        raise SystemExit(1)
+    result = (base.evidence.final.get("reader") or {}).get("result")
+    pinned = [format_schedule(parse_schedule(list(s.faults), program.vocabulary)) for s in loaded.schedules]
+    todo = schedules or list(dict.fromkeys(kill_points(base.run, program.vocabulary) + pinned))
+    for i, schedule in enumerate(todo, 1):
+        with out.status(f"{loaded.name}: case {i}/{len(todo)} {schedule}"):
+            name = case_slug(f"{loaded.name}::{schedule}")
+            case = run_probe_case(program, schedule, work, baseline=result, limits=limits, name=name,
+                                  launcher=launcher, model=model)
+        if case.passed and case.run.verdict != "kill-point-not-reached":
+            out.print(f"PASS {loaded.name}::{schedule}")
+            if not keep:
+                shutil.rmtree(work / name, ignore_errors=True)
+        elif case.passed:
+            out.print(f"NOT REACHED {loaded.name}::{schedule}", style="yellow")
+        else:
+            failed += 1
+            out.print(f"FAIL {loaded.name}::{schedule}", style="bold red")
+            for prop in case.failed:
+                out.print(f"  {prop}: {case.problems[prop][0]}")
+    if not keep:
+        shutil.rmtree(work / "baseline", ignore_errors=True)
+    if loaded.expect_failure:
+        out.print(f"expected failure: {loaded.expect_failure}"
+                  + (" — it did not fail (unexpected pass)" if not failed else ""), style="yellow")
+    out.print(f"{len(todo)} case(s), {failed} failed; case directories under {work}")
+    raise SystemExit(1 if failed else 0)
 
 
 @main.command("killpoints")
@@ -735,3 +807,42 @@ def corpus_info(path: str | None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+# ---- python targets' interpreter environments (chaos.environments) -----------------------------------------------
+
+
+@main.group("targets")
+def targets_group() -> None:
+    """Interpreter environments of python targets (scenarios/frameworks/)."""
+
+
+@targets_group.command("prepare")
+@click.argument("paths", nargs=-1, type=click.Path(path_type=str))
+def targets_prepare(paths: tuple[str, ...]) -> None:
+    """Build (or reuse) the environment of every python target under PATHS (default: the bundled
+    scenarios/frameworks/): one virtual environment per pinned requirements list, cached; exit 1 when one failed."""
+    from chaos.campaign import bundled_scenarios
+    from chaos.environments import PrepareError, env_dir, prepare
+    from chaos.scenario import load_scenarios
+
+    scenarios, problems = load_scenarios(list(paths) or [bundled_scenarios() / "frameworks"])
+    if problems:
+        _fail_usage(problems)
+    wanted: dict[tuple[str, ...], list[str]] = {}
+    for sc in scenarios:
+        target = getattr(sc, "the_target", None)
+        if target is not None and target.probe.requirements:
+            wanted.setdefault(tuple(sorted(target.probe.requirements)), []).append(sc.name)
+    if not wanted:
+        click.echo("no python target with requirements under " + (", ".join(paths) or "scenarios/frameworks/"))
+        return
+    failed = 0
+    for i, (reqs, names) in enumerate(sorted(wanted.items()), 1):
+        click.echo(f"[{i}/{len(wanted)}] {', '.join(names)}: {' '.join(reqs)}")
+        try:
+            prepare(reqs, log=click.echo)
+        except PrepareError as exc:
+            failed += 1
+            click.echo(f"  FAILED {env_dir(reqs)}: {exc}", err=True)
+    raise SystemExit(1 if failed else 0)

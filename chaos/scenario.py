@@ -1145,6 +1145,83 @@ def _too_deep(name: str) -> str:
     return f"{name}:1: toml: arrays or tables nested more than {MAX_DEPTH} levels deep"
 
 
+# --------------------------------------------------------------------------------------------------------------
+# Probe scenarios: an unmodified Python program (a ``[target]`` table of kind "python") instead of the session agent
+
+
+class ProbeSchedule(_Model):
+    """A pinned schedule of a probe scenario: fault texts in its target's vocabulary (checked after loading)."""
+
+    faults: list[str] = Field(min_length=1)
+    description: str = ""
+
+
+class ProbeScenario(_Model):
+    """A scenario file with a ``[target]`` table of ``kind = "python"`` (docs/frameworks.md): the program, where the
+    framework documents its guarantee, an optional expected failure and scripted model runs. ``target`` is the
+    built ``chaos.target.Target`` (its ``probe`` says how to run and read the program)."""
+
+    name: str
+    description: str = Field(min_length=1)
+    tags: list[str] = Field(default_factory=list)
+    guarantee: str = Field(min_length=1)  # verbatim, from the docs or docstrings shipped in the pinned package
+    guarantee_source: str = Field(min_length=1)
+    expect_failure: str | None = Field(default=None, min_length=1)  # "<reason, link>": a confirmed finding
+    target: dict[str, Any]
+    schedules: list[ProbeSchedule] = Field(default_factory=list)
+    runs: list[Run] = Field(default_factory=list)  # the scripted model (OPENAI_BASE_URL), when the program has one
+
+    _source: Path | None = PrivateAttr(default=None)
+    _target: Any = PrivateAttr(default=None)
+
+    _name_shape = field_validator("name")(Scenario._name_shape.__func__)  # type: ignore[attr-defined]
+
+    @property
+    def source(self) -> Path | None:
+        return self._source
+
+    @property
+    def the_target(self):
+        """The ``chaos.target.Target`` of kind "python" this scenario runs."""
+        return self._target
+
+    def operations(self) -> list[tuple[str, int]]:
+        return [("run", i) for i in range(len(self.runs))]
+
+
+def _parse_probe_scenario(data: dict, text: str, name: str) -> ProbeScenario:
+    from chaos.faults import FaultSyntaxError, parse_fault
+    from chaos.target import TargetError, python_target
+
+    problems: list[tuple[Loc, str]] = []
+    scenario: ProbeScenario | None = None
+    try:
+        scenario = ProbeScenario.model_validate(data)
+    except ValidationError as exc:
+        problems += _schema_problems(exc, data)
+    target = None
+    lines: list[str] = []
+    try:
+        target = python_target(data.get("target") or {}, Path(name).resolve().parent, f"{name}: target",
+                               source=str(Path(name).resolve()), name=str(data.get("name") or ""))
+    except TargetError as exc:
+        lines += exc.messages
+    if target is not None:
+        for i, sched in enumerate(data.get("schedules") or []):
+            for j, text_ in enumerate(sched.get("faults") or [] if isinstance(sched, dict) else []):
+                try:
+                    parse_fault(text_, target.probe.vocabulary)
+                except (FaultSyntaxError, TypeError) as exc:
+                    problems.append((("schedules", i, "faults", j), str(exc)))
+    if problems or lines:
+        keys = _KeyLines(text)
+        found = sorted({(keys.line_of(loc), _format_loc(loc), message) for loc, message in problems})
+        raise ScenarioError([f"{name}:{line}: {where}: {message}" for line, where, message in found] + lines)
+    assert scenario is not None
+    scenario._target = target
+    return scenario
+
+
 def parse_scenario(text: str, name: str = "<scenario>", *, tools: Mapping[str, Mapping[str, Any]] | None = None
                    ) -> Scenario:
     """Validate scenario TOML ``text``; ``name`` prefixes the error lines. Raises ``ScenarioError`` with all problems.
@@ -1159,6 +1236,11 @@ def parse_scenario(text: str, name: str = "<scenario>", *, tools: Mapping[str, M
         raise ScenarioError([_too_deep(name)]) from None
     if _depth(data) > MAX_DEPTH:  # the validators below recurse too; no scenario needs more than a few levels
         raise ScenarioError([_too_deep(name)])
+    if data.get("target") is not None:  # a probe scenario: a Python program, not the session agent
+        if not isinstance(data["target"], dict) or data["target"].get("kind") != "python":
+            raise ScenarioError([f"{name}:1: target: a scenario's [target] table must have kind = \"python\" "
+                                 "(a session-contract target is given with --target)"])
+        return _parse_probe_scenario(data, text, name)  # type: ignore[return-value]
     problems: list[tuple[Loc, str]] = []
     scenario: Scenario | None = None
     try:

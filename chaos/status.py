@@ -18,7 +18,11 @@ class Status(StrEnum):
     FLAKY = "flaky"  # an invariant failed once but held on the re-run: reported apart, not as a failure
     NOT_REACHED = "not-reached"  # the schedule's kill point was never reached (coverage, not a pass)
     ERROR = "error"  # the harness could not run the case at all (launch error, a worker died)
+    # A failure (or a flaky one) of a scenario that declares ``expect_failure``: a confirmed finding pinned as a
+    # regression scenario — shown with its reason, not counted as a failure (pytest's xfail).
+    EXPECTED = "expected-failure"
 
 
 PASS, FAIL, FLAKY, NOT_REACHED, ERROR = Status.PASS, Status.FAIL, Status.FLAKY, Status.NOT_REACHED, Status.ERROR
+EXPECTED = Status.EXPECTED
 STATUSES = tuple(Status)

@@ -33,6 +33,7 @@ import multiprocessing
 import os
 import shutil
 import signal
+import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -41,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.report import case_record
-from chaos.status import ERROR, FAIL, FLAKY, NOT_REACHED, PASS
+from chaos.status import ERROR, EXPECTED, FAIL, FLAKY, NOT_REACHED, PASS
 
 _PR_SET_PDEATHSIG = 1
 
@@ -86,6 +87,19 @@ class Context:
 
             self._scenarios[name] = load_scenario(self.config.scenarios[name])
         return self._scenarios[name]
+
+    def probe(self, name: str) -> bool:
+        """Whether scenario ``name`` runs a Python program under the probe (chaos.scenario.ProbeScenario)."""
+        return getattr(self.scenario(name), "the_target", None) is not None
+
+    def vocabulary(self, name: str):
+        """The fact names of scenario ``name``'s target (None: the session contract's)."""
+        return self.scenario(name).the_target.probe.vocabulary if self.probe(name) else None
+
+    def probe_baseline(self, name: str):
+        """The crash-free result of probe scenario ``name`` (written by discovery before any case)."""
+        path = Path(self.config.cache) / f"{self.config.cache_keys[name]}.json"
+        return json.loads(path.read_text(encoding="utf-8"))["facts"]["result"]
 
     def baseline_facts(self, name: str):
         """The cached crash-free baseline facts of scenario ``name`` (written by discovery before any case)."""
@@ -163,6 +177,8 @@ def discover_baseline(ctx: Context, name: str, runs: int = 2) -> dict[str, Any]:
     from chaos import case, oracle
     from chaos.schedules import Transaction, utf8_cut
 
+    if ctx.probe(name):
+        return discover_probe_baseline(ctx, name, runs)
     scenario = ctx.scenario(name)
     seen = []
     for i in range(runs):
@@ -203,6 +219,99 @@ def discover_baseline(ctx: Context, name: str, runs: int = 2) -> dict[str, Any]:
         "failures": [_failure_json(x) for r, _, _ in seen for x in r.failed],
         "case_dirs": [r.case_dir for r, _, _ in seen if r.case_dir],
     }
+
+
+def discover_probe_baseline(ctx: Context, name: str, runs: int = 2) -> dict[str, Any]:
+    """A probe scenario's crash-free runs: its kill points (the first run's barriers), its result, and agreement.
+
+    Every run must hold every property and end with the same result (``matches-baseline`` compares with it). Runs
+    may announce different barriers — a framework that writes from a background thread (LangGraph's "async"
+    durability) orders them by timing —: that is said in ``notes``, and the first run's kill points are used (a
+    point a case does not reach is reported ``not-reached``, never passed)."""
+    from chaos.case import shared_launcher
+    from chaos.probecase import run_probe_case
+    from chaos.schedules import Transaction
+
+    scenario = ctx.scenario(name)
+    target = scenario.the_target
+    if not target.probe.python:
+        reason = (f"its interpreter environment is not prepared: run `chaos targets prepare {scenario.source}` "
+                  f"({len(target.probe.requirements)} pinned requirements)")
+        return {"ok": False, "skipped": reason, "problems": [reason], "transactions": [], "facts": {}}
+    launcher = shared_launcher(target)
+    seen = []
+    for i in range(runs):
+        t0 = time.monotonic()
+        case = run_probe_case(target.probe, (), ctx.work / "baselines", name=f"{name}-baseline-{i + 1}",
+                              limits=ctx.limits, launcher=launcher, model=scenario if scenario.runs else None)
+        seen.append((case, time.monotonic() - t0))
+    first = seen[0][0]
+    result = (first.evidence.final.get("reader") or {}).get("result")
+    problems, notes = [], []
+    for i, (case, _) in enumerate(seen, start=1):
+        if not case.passed:
+            name_, found = next((k, v) for k, v in case.problems.items() if v)
+            problems.append(f"baseline run {i} fails {', '.join(case.failed)}: {found[0]}")
+    results = [(c.evidence.final.get("reader") or {}).get("result") for c, _ in seen]
+    if any(r != results[0] for r in results[1:]):
+        problems.append(f"baseline runs disagree: their results differ ({results[0]!r} vs {results[1]!r})")
+    layouts = [[(b.phase, tuple(b.facts)) for b in c.run.barriers] for c, _ in seen]
+    if any(layout != layouts[0] for layout in layouts[1:]):
+        notes.append("the crash-free runs announced different barriers (timing-dependent writes); the first run's "
+                     "kill points are used")
+    transactions = [Transaction(b.tx, tuple(b.facts), tuple(b.ordinals.items())).to_json()
+                    for b in first.run.barriers if b.phase == "before-write"]
+    if not transactions and not problems:
+        problems.append("the crash-free run announced no durable write: nothing to kill (are the state paths "
+                        "declared? does the program write through sqlite3, os.fsync, os.replace or open?)")
+    return {
+        "transactions": transactions, "facts": {"result": result}, "ok": not problems, "problems": problems,
+        "notes": notes, "durations": [round(d, 3) for _, d in seen], "failures": [],
+        "case_dirs": [str(c.run.case_dir and Path(c.run.case_dir).parent) for c, _ in seen],
+    }
+
+
+def execute_probe(ctx: Context, spec, *, name: str | None = None, keep: str | None = None) -> Outcome:
+    """Run one case of a probe scenario and classify it (the probe properties instead of the oracle)."""
+    from chaos import records
+    from chaos.case import CaseResult, shared_launcher
+    from chaos.probecase import run_probe_case
+
+    scenario = ctx.scenario(spec.scenario)
+    target = scenario.the_target
+    t0 = time.monotonic()
+    case = run_probe_case(target.probe, spec.faults, ctx.work, baseline=ctx.probe_baseline(spec.scenario),
+                          limits=ctx.limits, name=name or "case", launcher=shared_launcher(target),
+                          model=scenario if scenario.runs else None)
+    run = case.run
+    failures: list[dict[str, Any]] = []
+    if run.verdict in (records.NOT_REACHED, records.NOT_APPLICABLE):
+        status = NOT_REACHED
+    elif run.verdict == records.LAUNCH_ERROR:
+        status = ERROR
+    else:
+        for prop, problems in case.problems.items():
+            if problems:
+                failures.append({"invariant": prop, "message": problems[0], "evidence": problems})
+        if run.verdict in (records.HANG, records.PROTOCOL_ERROR, records.CRASH):
+            failures.insert(0, {"invariant": run.verdict, "message": run.detail, "evidence": {"verdict": run.verdict}})
+        status = FAIL if failures else PASS
+    case_dir = str(Path(run.case_dir).parent) if run.case_dir else None
+    if case_dir and status == PASS and (keep or ctx.config.keep) != "all":
+        shutil.rmtree(case_dir, ignore_errors=True)
+        case_dir = None
+    result = CaseResult(spec.id, spec.scenario, list(spec.schedule), status, run.verdict or "", run.detail or "",
+                        duration=round(time.monotonic() - t0, 3), case_dir=case_dir, launches=len(run.launches),
+                        kills=len(run.kills), target=target.label())
+    result.requests = _count_lines(Path(case_dir) / "requests.jsonl") if case_dir else 0
+    return Outcome(status, failures, result, case.evidence, run)
+
+
+def _count_lines(path: Path) -> int:
+    try:
+        return sum(1 for _ in path.open(encoding="utf-8"))
+    except OSError:
+        return 0
 
 
 # Digests computed over entry ids (SPEC §8: a compaction's sourceDigest covers sourceEntryId) differ between two
@@ -267,6 +376,8 @@ def execute(ctx: Context, spec, *, name: str | None = None, keep: str | None = N
     the worker's target, for the launcher check)."""
     from chaos import case, records
 
+    if ctx.probe(spec.scenario):
+        return execute_probe(ctx, spec, name=name, keep=keep)
     scenario, facts = ctx.variant(spec.scenario, spec.llm)
     result, evidence, run = case.execute_case(scenario, spec.schedule, work_dir=ctx.work, target=target or ctx.target,
                                               baseline=facts, server=None, limits=ctx.limits, probes=probes,
@@ -353,20 +464,27 @@ def run_case_job(ctx: Context, case_id: str, origin: str, index: int) -> dict[st
     from chaos.case import case_slug
     from chaos.schedules import spec_from_id
 
-    spec = spec_from_id(case_id, origin=origin, index=index)
+    scenario_name = case_id.partition("::")[0]
+    spec = spec_from_id(case_id, origin=origin, index=index, vocabulary=ctx.vocabulary(scenario_name))
     slug = case_slug(case_id)
     first = execute(ctx, spec, name=slug)
     record = _record(ctx, spec, first)
     if first.status != FAIL:
         return record
     again = execute(ctx, spec, name=f"{slug}.rerun")
+    # Both evidences: a flaky verdict names what the first run saw and what the re-run saw instead.
     record["rerun"] = {"status": again.status, "invariants": again.invariants,
-                       "case_dir": _rel(ctx, again.result.case_dir)}
+                       "case_dir": _rel(ctx, again.result.case_dir), "failures": again.failures}
+    expected = getattr(ctx.scenario(spec.scenario), "expect_failure", None)
     common = [i for i in first.invariants if i in again.invariants]
     if not common:
-        record["status"] = FLAKY
+        record["status"] = EXPECTED if expected else FLAKY
         return case_record(**record)
-    if ctx.config.shrink:
+    if expected:  # a confirmed finding pinned as a regression scenario: reported with its reason, not counted
+        record["status"] = EXPECTED
+        record["detail"] = f"expected failure: {expected}"
+        return case_record(**record)
+    if ctx.config.shrink and not ctx.probe(spec.scenario):
         record.update(_shrink(ctx, spec, common[0], slug))
         if record["minimal_id"] == spec.id:  # already minimal: the first run's directory is the minimal case's
             record["minimal_case_dir"], record["minimal_reached"] = record["case_dir"], record["reached"]
@@ -466,7 +584,7 @@ def _record(ctx: Context, spec, outcome: Outcome) -> dict[str, Any]:
         "requests": result.requests,
         "reached": landed,
         "fired": len(run.faults) == len(spec.faults),
-        "rules": restart_rules(outcome.evidence),
+        "rules": [] if ctx.probe(spec.scenario) else restart_rules(outcome.evidence),
         "case_dir": _rel(ctx, result.case_dir),
         "bugs": list(ctx.target.bugs),
         "target": ctx.target.label(),

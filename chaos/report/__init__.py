@@ -33,7 +33,7 @@ from typing import Any
 from chaos.files import write_atomic
 
 # How a case ended, from the report's point of view.
-from chaos.status import ERROR, FAIL, FLAKY, NOT_REACHED, PASS, STATUSES  # noqa: F401 - re-exported
+from chaos.status import EXPECTED, ERROR, FAIL, FLAKY, NOT_REACHED, PASS, STATUSES  # noqa: F401 - re-exported
 
 
 @dataclass
@@ -102,7 +102,7 @@ class CaseReport:
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
             raise ValueError(f"case {self.id}: status {self.status!r} is not one of {', '.join(STATUSES)}")
-        if self.status in (FAIL, FLAKY) and not self.failures:
+        if self.status in (FAIL, FLAKY, EXPECTED) and not self.failures:
             raise ValueError(f"case {self.id}: a {self.status} case must name the invariant that failed")
 
     @property

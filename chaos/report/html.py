@@ -25,7 +25,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from chaos.report import ERROR, FAIL, FLAKY, NOT_REACHED, PASS, CampaignReport, CaseReport
+from chaos.report import ERROR, EXPECTED, FAIL, FLAKY, NOT_REACHED, PASS, CampaignReport, CaseReport
 from chaos.report import timeline as tl
 from chaos.report.summary import git_of
 
@@ -147,6 +147,7 @@ def render_html(report: CampaignReport, summary: dict[str, Any]) -> str:
         failures=views,
         compact=compact,
         flaky=flaky_views,
+        expected=[_failure_view(c, report.agent_bugs) for c in report.cases if c.status == EXPECTED],
         errors=[c for c in report.cases if c.status == ERROR],
         unreached=[c for c in report.cases if c.status == NOT_REACHED],
         cases=report.cases,
@@ -157,5 +158,6 @@ def render_html(report: CampaignReport, summary: dict[str, Any]) -> str:
         rules_unreached=list(coverage.get("rules_unreached") or []),
         bad_baselines={k: v for k, v in summary.get("baselines", {}).items() if not v.get("ok")},
         git=git_of(report.versions),
-        status_class={PASS: "pass", FAIL: "fail", FLAKY: "flaky", NOT_REACHED: "unreached", ERROR: "error"},
+        status_class={PASS: "pass", FAIL: "fail", FLAKY: "flaky", NOT_REACHED: "unreached", ERROR: "error",
+                      EXPECTED: "flaky"},
     )

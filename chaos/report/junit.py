@@ -22,7 +22,7 @@ import json
 import re
 import xml.etree.ElementTree as ET
 
-from chaos.report import ERROR, FAIL, FLAKY, NOT_REACHED, CampaignReport, CaseReport
+from chaos.report import ERROR, EXPECTED, FAIL, FLAKY, NOT_REACHED, CampaignReport, CaseReport
 
 # XML 1.0 Char production: tab, LF, CR, and U+0020.. except surrogates and U+FFFE/U+FFFF.
 _NOT_XML_CHAR = re.compile("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
@@ -105,6 +105,11 @@ def junit_xml(report: CampaignReport) -> str:
                 counts["skipped"] += 1
                 ET.SubElement(tc, "skipped", message=_clean(
                     f"kill-point-not-reached: {case.detail or '+'.join(case.schedule)} (coverage gap, not a pass)"))
+            elif case.status == EXPECTED:  # pytest's xfail in JUnit: skipped, with the reason and the evidence
+                counts["skipped"] += 1
+                ET.SubElement(tc, "skipped", type="expected-failure", message=_clean(
+                    f"expected failure ({', '.join(case.invariants)}): {case.detail}"))
+                ET.SubElement(tc, "system-out").text = _clean(failure_text(case))
             elif case.status == FLAKY:
                 tp = ET.SubElement(tc, "properties")
                 ET.SubElement(tp, "property", name="flaky", value=_clean(", ".join(case.invariants)))

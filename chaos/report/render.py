@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from chaos.report import FAIL, CampaignReport, CaseReport, write_reports
+from chaos.report import EXPECTED, FAIL, CampaignReport, CaseReport, write_reports
 
 PLAN_PREFIX = "agent: plan "  # the bundled agent prints one such line per recovery plan (agent/loop.py)
 
@@ -111,7 +111,7 @@ def make_bundles(directory: Path, params: Mapping[str, Any], report: CampaignRep
     notes: list[str] = []
     options = params.get("options") or {}
     for case in report.cases:
-        if case.status != FAIL:
+        if case.status not in (FAIL, EXPECTED):  # an expected failure is a probe scenario's: it gets its repro line
             continue
         raw = records.get(case.id, {})
         schedule = list(case.minimal or case.schedule)
@@ -123,6 +123,10 @@ def make_bundles(directory: Path, params: Mapping[str, Any], report: CampaignRep
             continue
         if any(s.startswith("llm(") for s in schedule):
             notes.append(f"{case.id}: no repro bundle (provider faults are replayed by `chaos campaign` only)")
+            continue
+        probe = (params.get("baselines") or {}).get(case.scenario) or {}
+        if probe.get("probe"):  # a Python program under the probe: `chaos run` re-runs it (no bundle format yet)
+            case.repro = shlex.join(["chaos", "run", str(probe.get("file")), "--kill", "+".join(schedule)])
             continue
         kept = raw.get("minimal_case_dir") if case.minimal else None
         kept = kept or raw.get("case_dir")

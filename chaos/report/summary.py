@@ -24,7 +24,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from chaos.report import ERROR, FAIL, FLAKY, NOT_REACHED, PASS, CampaignReport, CaseReport
+from chaos.report import ERROR, EXPECTED, FAIL, FLAKY, NOT_REACHED, PASS, CampaignReport, CaseReport
 
 SUMMARY_FORMAT = "killpoint-summary/1"
 # Launch roles (chaos.records.Launch.role) that are restarts: every launch except a step's first one.
@@ -67,6 +67,7 @@ def summarize(report: CampaignReport) -> dict[str, Any]:
             "flaky": counts[FLAKY],
             "notReached": counts[NOT_REACHED],
             "errors": counts[ERROR],
+            "expectedFailures": counts[EXPECTED],
         },
         "kills": sum(kill_count(c) for c in cases),
         "restarts": sum(restart_count(c) for c in cases),
@@ -76,6 +77,8 @@ def summarize(report: CampaignReport) -> dict[str, Any]:
             "cases": [_failure_entry(c) for c in cases if c.status == FAIL],
         },
         "flaky": [_failure_entry(c) for c in cases if c.status == FLAKY],
+        # Failures of scenarios that declare `expect_failure` (confirmed findings pinned as regressions).
+        "expectedFailures": [_failure_entry(c) for c in cases if c.status == EXPECTED],
         "errors": [{"case": c.id, "verdict": c.verdict, "detail": c.detail} for c in cases if c.status == ERROR],
         "baselines": {name: {"ok": bool(b.get("ok")), "problems": list(b.get("problems") or []),
                              "why": list(b.get("why") or [])}

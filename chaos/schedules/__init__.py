@@ -117,8 +117,10 @@ class CaseSpec:
         return str(self.llm[0]) if self.llm else ""
 
 
-def parse_campaign_case_id(text: str) -> tuple[str, tuple[Fault, ...], tuple[LlmFault, ...]]:
-    """Split a campaign case id into scenario, kill faults and provider faults; raises ``CampaignSpecError``."""
+def parse_campaign_case_id(text: str, vocabulary: Sequence[str] | None = None
+                           ) -> tuple[str, tuple[Fault, ...], tuple[LlmFault, ...]]:
+    """Split a campaign case id into scenario, kill faults and provider faults; raises ``CampaignSpecError``.
+    ``vocabulary``: the target's fact names (a probe target's; the session contract's when None)."""
     scenario, sep, rest = text.partition("::")
     if not scenario or (sep and not rest):
         raise CampaignSpecError(f"case id {text!r}: expected <scenario>::<fault>[+<fault>...]")
@@ -131,15 +133,16 @@ def parse_campaign_case_id(text: str) -> tuple[str, tuple[Fault, ...], tuple[Llm
         if llm:
             raise CampaignSpecError(f"case id {text!r}: provider faults come after every kill fault")
         try:
-            faults.append(parse_fault(token))
+            faults.append(parse_fault(token) if vocabulary is None else parse_fault(token, vocabulary))
         except FaultSyntaxError as exc:
             raise CampaignSpecError(f"case id {text!r}: {exc}") from None
     return scenario, tuple(faults), tuple(llm)
 
 
-def spec_from_id(text: str, *, origin: str = "pinned", index: int = 0) -> CaseSpec:
-    """The ``CaseSpec`` a case id names."""
-    scenario, faults, llm = parse_campaign_case_id(text)
+def spec_from_id(text: str, *, origin: str = "pinned", index: int = 0,
+                 vocabulary: Sequence[str] | None = None) -> CaseSpec:
+    """The ``CaseSpec`` a case id names (``vocabulary``: as for ``parse_campaign_case_id``)."""
+    scenario, faults, llm = parse_campaign_case_id(text, vocabulary)
     return CaseSpec(scenario, faults, llm, origin, index)
 
 
@@ -217,6 +220,7 @@ class ScenarioPoints:
     turns: tuple[int, ...] = (1,)  # scripted turns per run (provider faults target one of them)
     recoveries: Mapping[str, Recovery] = field(default_factory=dict)
     restart_changes: bool = False  # launches after a kill run with another configuration (or abort when blocked)
+    vocabulary: tuple[str, ...] | None = None  # a probe target's fact names (None: the session contract's)
 
     def to_json(self) -> dict:
         return {
@@ -228,6 +232,7 @@ class ScenarioPoints:
             "turns": list(self.turns),
             "recoveries": {k: r.to_json() for k, r in sorted(self.recoveries.items())},
             "restart_changes": self.restart_changes,
+            "vocabulary": list(self.vocabulary) if self.vocabulary is not None else None,
         }
 
     @classmethod
@@ -241,6 +246,7 @@ class ScenarioPoints:
             tuple(value.get("turns", [1])),
             {k: Recovery.from_json(r) for k, r in value.get("recoveries", {}).items()},
             bool(value.get("restart_changes", False)),
+            tuple(value["vocabulary"]) if value.get("vocabulary") is not None else None,
         )
 
 
@@ -257,7 +263,9 @@ class Policy(Protocol):
 def pinned_cases(points: ScenarioPoints) -> Iterator[CaseSpec]:
     """The scenario's ``[[schedules]]``, in file order."""
     for index, texts in enumerate(points.pinned):
-        yield CaseSpec(points.scenario, tuple(parse_fault(t) for t in texts), origin="pinned", index=index)
+        faults = tuple(parse_fault(t) if points.vocabulary is None else parse_fault(t, points.vocabulary)
+                       for t in texts)
+        yield CaseSpec(points.scenario, faults, origin="pinned", index=index)
 
 
 def unique(cases: Iterable[CaseSpec]) -> Iterator[CaseSpec]:

@@ -91,7 +91,7 @@ class TestResult:
         """Failures are deduplicated by (invariant, action, fact) with a count and the shortest minimal schedule."""
         result = build_result(PARAMS, self.records(), duration=2.0)
         assert result.cases == {"planned": 4, "done": 4, "pass": 1, "fail": 2, "flaky": 1, "not-reached": 0,
-                                "error": 0, "not_run": 0}
+                                "error": 0, "expected-failure": 0, "not_run": 0}
         assert result.failures_by_invariant == {"outcome": 2, "converges": 1}
         top = result.failures[0]
         assert (top["invariant"], top["action"], top["fact"], top["count"]) == ("outcome", "kill", "toolStarted", 2)

@@ -142,7 +142,7 @@ class TestSummary:
                  passing("tx:3@before-write", FLAKY, failures=[InvariantFailure("attempts-bounded", "once")])]
         s = summarize(campaign(cases))
         assert s["cases"] == {"planned": 6, "notRun": 0, "total": 6, "passed": 1, "failed": 2, "flaky": 1,
-                              "notReached": 1, "errors": 1}
+                              "notReached": 1, "errors": 1, "expectedFailures": 0}
         assert s["failures"]["byInvariant"] == {"converges": 2, "outcome": 1}
         assert s["kills"] == 3 and s["restarts"] == 3  # two failing runs (1 kill, 1 resume each) + the counted pass
         assert [f["case"] for f in s["flaky"]] == ["read-then-answer::tx:3@before-write"]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from chaos.errors import ScenarioError
-from chaos.scenario import (
+from chaos.scenario import (ProbeScenario,
     KNOWN_TOOLS,
     Scenario,
     condition_holds,
@@ -423,11 +423,13 @@ class TestLoadScenario:
                             "(names start case ids and must be unique)"]
 
     def test_bundled_scenarios_are_valid(self):
-        """Every file under scenarios/ validates."""
+        """Every file under scenarios/ validates; probe scenarios live only under scenarios/frameworks/."""
         scenarios, problems = load_scenarios([REPO / "scenarios"])
         assert problems == []
         assert {"plain-answer", "read-then-answer", "bash-deploy", "write-edit", "two-runs"} <= {s.name for s in scenarios}
-        assert all(isinstance(s, Scenario) for s in scenarios)
+        for s in scenarios:
+            framework = "frameworks" in s.source.parts
+            assert isinstance(s, ProbeScenario if framework else Scenario), s.source
 
     def test_readme_example_is_a_valid_scenario(self):
         """The fully commented example in scenarios/README.md loads as a scenario."""
