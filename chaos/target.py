@@ -493,7 +493,7 @@ def python_target(data: Mapping[str, Any], base: Path, where: str, *, source: st
         bad(unknown[0], f"unknown key for a python target (expected some of {', '.join(PYTHON_KEYS)})")
     lists = {}
     for key in ("requirements", "state", "sqlite", "tables", "files", "points", "preload"):
-        value = data.get(key, [])
+        value = data.get(key, ["state"] if key == "state" else [])  # ProbeProgram's default state path
         if not isinstance(value, list) or not all(isinstance(x, str) and x for x in value):
             bad(key, "must be a list of non-empty strings")
             value = []

@@ -142,6 +142,7 @@ def read(reader: Sequence[str], case: str, out: str) -> tuple[dict | None, str |
 def inspect_state(case: str, copy: Sequence[str], sqlite_paths: Sequence[str], reader: Sequence[str] | None,
                   into: str) -> dict:
     """The inspection record (module docstring) of ``case``'s state as it is now, read from a copy in ``into``."""
+    os.makedirs(into, exist_ok=True)  # also when nothing exists yet to copy: the reader runs in it
     copy_state(case, copy, into)
     record: dict = {"integrity": {p: integrity(os.path.join(into, p)) for p in sqlite_paths}, "reader": None,
                     "reader_error": None}

@@ -16,7 +16,9 @@ Planted defects, ``WORKFLOW_BUGS`` (comma-separated), one per property of chaos.
 - ``no-transaction`` — the two writes of a record are committed separately (``matches-baseline``);
 - ``write-in-place`` — ``status.json`` is rewritten in place (``Path.write_text``: truncate, then write), and a
   restart parses it (``state-loads``);
-- ``stop-early`` — a restarted run stops after one step, exit 0 (``completes``).
+- ``stop-early`` — a restarted run stops after one step, exit 0 (``completes``);
+- ``random-resume`` — a restarted run carries a random value instead of the recorded one
+  (``recovery-deterministic``: two recoveries of one durable state end differently).
 """
 
 from __future__ import annotations
@@ -88,6 +90,8 @@ def main(state: Path) -> int:
     done = {r[0] for r in conn.execute("SELECT step FROM progress")}
     row = conn.execute("SELECT value FROM cursor WHERE id = 0").fetchone()
     value = row[0] if row else 0
+    if restarted and "random-resume" in bugs:
+        value = int.from_bytes(os.urandom(4), "big")
     ran = 0
     for step in STEPS:
         if step in done and "rerun-recorded" not in bugs:
