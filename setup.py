@@ -12,7 +12,7 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 LIBRARY = Path(__file__).resolve().parent / "scenarios"
-SHIPPED = (".toml", ".md")  # the scenario files and their READMEs
+SHIPPED = (".toml", ".md", ".py")  # the scenario files, their READMEs, and the framework targets' programs
 
 
 class BuildWithLibrary(build_py):
