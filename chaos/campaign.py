@@ -481,7 +481,7 @@ class Reporter:
         self.done += 1
         if record["status"] == FAIL:
             self.failures += 1
-        if record["status"] not in (PASS, NOT_REACHED):
+        if record["status"] not in (PASS, NOT_REACHED, EXPECTED):  # expected ones: summed up per target at the end
             self.write(failure_line(record))
         self._tick()
 
@@ -528,7 +528,7 @@ class RichReporter(Reporter):
         self.done += 1
         if record["status"] == FAIL:
             self.failures += 1
-        if record["status"] not in (PASS, NOT_REACHED):
+        if record["status"] not in (PASS, NOT_REACHED, EXPECTED):
             self.progress.console.print(failure_line(record), markup=False, highlight=False)
         self.progress.update(self.task, completed=self.done, failures=self.failures, rate=f"{self.rate():.2f}")
 
@@ -678,7 +678,8 @@ class Campaign:
 
     def _adopt(self, e: Entry, value: Mapping[str, Any]) -> None:
         e.baseline = {k: value.get(k) for k in ("ok", "problems", "durations", "failures", "case_dirs")}
-        for k in ("skipped", "notes"):  # a probe scenario's: why it did not run; what its crash-free runs showed
+        # A probe scenario's: why it did not run; what its crash-free runs showed; its environment's `pip freeze`.
+        for k in ("skipped", "notes", "environment"):
             if value.get(k):
                 e.baseline[k] = value[k]
         e.baseline["transactions"] = len(value.get("transactions", []))

@@ -264,9 +264,11 @@ def discover_probe_baseline(ctx: Context, name: str, runs: int = 2) -> dict[str,
     if not transactions and not problems:
         problems.append("the crash-free run announced no durable write: nothing to kill (are the state paths "
                         "declared? does the program write through sqlite3, os.fsync, os.replace or open?)")
+    from chaos.environments import installed
+
     return {
         "transactions": transactions, "facts": {"result": result}, "ok": not problems, "problems": problems,
-        "notes": notes, "durations": [round(d, 3) for _, d in seen], "failures": [],
+        "notes": notes, "environment": installed(target.probe.requirements), "durations": [round(d, 3) for _, d in seen], "failures": [],
         "case_dirs": [str(c.run.case_dir and Path(c.run.case_dir).parent) for c, _ in seen],
     }
 
@@ -471,18 +473,20 @@ def run_case_job(ctx: Context, case_id: str, origin: str, index: int) -> dict[st
     record = _record(ctx, spec, first)
     if first.status != FAIL:
         return record
+    expected = getattr(ctx.scenario(spec.scenario), "expect_failure", None)
+    if expected:
+        # A confirmed finding pinned as a regression scenario: reported with its reason, not counted. No re-run:
+        # failing again or not, the case is an expected failure (`chaos run` re-runs it on demand).
+        record["status"] = EXPECTED
+        record["detail"] = f"expected failure: {expected}"
+        return case_record(**record)
     again = execute(ctx, spec, name=f"{slug}.rerun")
     # Both evidences: a flaky verdict names what the first run saw and what the re-run saw instead.
     record["rerun"] = {"status": again.status, "invariants": again.invariants,
                        "case_dir": _rel(ctx, again.result.case_dir), "failures": again.failures}
-    expected = getattr(ctx.scenario(spec.scenario), "expect_failure", None)
     common = [i for i in first.invariants if i in again.invariants]
     if not common:
-        record["status"] = EXPECTED if expected else FLAKY
-        return case_record(**record)
-    if expected:  # a confirmed finding pinned as a regression scenario: reported with its reason, not counted
-        record["status"] = EXPECTED
-        record["detail"] = f"expected failure: {expected}"
+        record["status"] = FLAKY
         return case_record(**record)
     if ctx.config.shrink and not ctx.probe(spec.scenario):
         record.update(_shrink(ctx, spec, common[0], slug))
