@@ -293,6 +293,15 @@ class _HTTPServer(ThreadingHTTPServer):
     request_queue_size = 128  # a worker's cases may connect in bursts
     owner: ScriptedServer
 
+    def handle_error(self, request, client_address) -> None:
+        """A client SIGKILLed mid-request (the harness's own doing) resets its connection: not an error worth a
+        traceback on the campaign's terminal. Anything else is reported as socketserver does."""
+        import sys
+
+        if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            return
+        super().handle_error(request, client_address)
+
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive

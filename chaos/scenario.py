@@ -1188,6 +1188,8 @@ class ProbeScenario(_Model):
     def operations(self) -> list[tuple[str, int]]:
         return [("run", i) for i in range(len(self.runs))]
 
+    fault_map = Scenario.fault_map  # the scripted server reads provider faults of the runs the same way
+
 
 def _parse_probe_scenario(data: dict, text: str, name: str) -> ProbeScenario:
     from chaos.faults import FaultSyntaxError, parse_fault
