@@ -68,16 +68,28 @@ def interpreter(requirements: Sequence[str]) -> str | None:
 
 
 def prepare(requirements: Sequence[str], *, log: Callable[[str], None] = print, timeout: float = 1800) -> str:
-    """Build (or reuse) the environment for ``requirements``; its interpreter. ``PrepareError`` on failure,
-    with pip's last line."""
+    """Build (or reuse) the environment for ``requirements``; its interpreter. ``PrepareError`` on failure, with
+    pip's last line. Two processes preparing the same environment (two CI jobs, a campaign and a developer) take
+    turns on a lock file: the second one waits and then finds it ready, never half-built."""
+    import fcntl
+
+    root = env_dir(requirements)
+    try:
+        root.parent.mkdir(parents=True, exist_ok=True)
+        with open(root.with_name(root.name + ".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if this process dies
+            return _build(requirements, root, log, timeout)
+    except OSError as exc:
+        raise PrepareError(f"{root}: {exc.strerror or exc}") from None
+
+
+def _build(requirements: Sequence[str], root: Path, log: Callable[[str], None], timeout: float) -> str:
     ready = interpreter(requirements)
     if ready:
-        log(f"  ready   {env_dir(requirements)}")
+        log(f"  ready   {root}")
         return ready
-    root = env_dir(requirements)
-    if root.exists():  # an interrupted build: never reused
+    if root.exists():  # an interrupted build (we hold the lock: nobody is building it now): never reused
         shutil.rmtree(root)
-    root.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     log(f"  building {root} ({len(requirements)} pins) ...")
     steps = [[sys.executable, "-m", "venv", str(root)],

@@ -42,3 +42,15 @@ def test_probe_path_is_self_contained(tmp_path, monkeypatch):
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [os.path.join(path, "chaos", "__init__.py"), "False False"]
+
+
+def test_a_failed_build_leaves_nothing_and_says_why(tmp_path, monkeypatch):
+    """A build that cannot complete is one PrepareError line, and no half-built environment is left to be reused."""
+    import pytest
+
+    monkeypatch.setenv("KILLPOINT_CACHE", str(tmp_path))
+    monkeypatch.setattr(environments.sys, "executable", str(tmp_path / "no-such-python"))
+    pins = ["somepkg==1.2.3"]
+    with pytest.raises(environments.PrepareError, match="no-such-python"):
+        environments.prepare(pins, log=lambda line: None)
+    assert not environments.env_dir(pins).exists() and environments.interpreter(pins) is None
