@@ -92,7 +92,8 @@ def _inspect_args(program: ProbeProgram, case: Path, into: Path) -> list[str]:
 def environment(program: ProbeProgram, witness: Path, base_url: str | None = None) -> dict[str, str]:
     """What every launch of the program gets: its own env, the witness file, the probe's path in a foreign
     interpreter, and the scripted model's address when the scenario has one."""
-    env = {**dict(program.env), "CHAOS_WITNESS": str(witness)}
+    # "{case}" in a value names this case's directory (a framework's storage directory, say).
+    env = {**{k: v.replace("{case}", str(witness.parent)) for k, v in program.env}, "CHAOS_WITNESS": str(witness)}
     if program.python and program.python != sys.executable:
         from chaos.environments import probe_path
 

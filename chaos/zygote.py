@@ -559,9 +559,13 @@ def launcher_for(target, *, warn=None):
             warn("zygote launcher unavailable (no pidfd on this kernel); launching by exec")
         return SubprocessLauncher()
     preload = target.preload or (module,)
+    env = target.interpreter_env()
     if target.probe is not None:  # the runner first: it installs the probe in each child before the program runs
         preload = (module, *target.preload)
-    launcher = ZygoteLauncher(module, preload, python=target.interpreter(), env=target.interpreter_env())
+        # The preload imports with the target's own settings (its telemetry switches: CrewAI decides at import
+        # whether to start an exporter thread); a value naming the case directory cannot apply to a zygote.
+        env = {**{k: v for k, v in target.probe.env if "{case}" not in v}, **env}
+    launcher = ZygoteLauncher(module, preload, python=target.interpreter(), env=env)
     if launcher.fallback and warn is not None:
         warn(f"zygote launcher unavailable ({launcher.fallback}); launching by exec")
     return launcher
