@@ -1400,9 +1400,10 @@ def probe_lines(result: CampaignResult) -> list[str]:
             props = Counter(f["invariant"] for r in expected for f in r.get("failures", []))
             points = ", ".join(r["id"].partition("::")[2] for r in expected[:4]) + (" …" if len(expected) > 4 else "")
             lines.append(f"    EXPECTED FAILURE {', '.join(f'{k} ×{v}' for k, v in props.items())} at {points}")
-            lines.append(f"      reason: {b.get('expect_failure')}")
+            lines.append(f"      reason: {' '.join(str(b.get('expect_failure')).split())}")
         elif b.get("expect_failure") and by[PASS]:
-            lines.append(f"    UNEXPECTED PASS: declared to fail ({b['expect_failure']}), but every case held")
+            lines.append(f"    UNEXPECTED PASS: declared to fail ({' '.join(b['expect_failure'].split())}), but every "
+                         "case held")
     return lines
 
 

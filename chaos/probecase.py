@@ -259,4 +259,5 @@ def _error(stderr: str) -> str | None:
         return None
     if not any(l.startswith("Traceback") for l in lines):
         return None
-    return next((l for l in reversed(lines) if l.strip()), None)
+    # The exception's own line: the last unindented one (some exceptions add indented lines after it).
+    return next((l for l in reversed(lines) if l.strip() and not l[0].isspace()), None)

@@ -125,7 +125,9 @@ def read(reader: Sequence[str], case: str, out: str) -> tuple[dict | None, str |
     if code != 0:
         try:
             with open(out + ".err", encoding="utf-8", errors="replace") as f:
-                tail = ([line for line in f.read().splitlines() if line.strip()] or [""])[-1]
+                # The exception's own line: the last unindented one (pydantic adds an indented URL after it).
+                lines = [line for line in f.read().splitlines() if line.strip()]
+                tail = ([line for line in lines if not line[0].isspace()] or lines or [""])[-1]
         except OSError:
             tail = ""
         return None, f"reader exited {code}: {tail}"
