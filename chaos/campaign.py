@@ -391,11 +391,14 @@ def load_library(paths: Sequence[str], tags: Sequence[str] = ()) -> list[Entry]:
     if problems:
         raise CampaignError(problems)
     entries = []
+    # A tag the bundled agent's scenarios also use ("tools") does not pull the framework targets into a sweep of the
+    # library; a tag only they carry ("frameworks", "langgraph") selects them.
+    contract_tags = {t for sc in scenarios if getattr(sc, "the_target", None) is None for t in sc.tags}
     for sc in scenarios:
         if tags and not set(tags) & set(sc.tags):
             continue
         probe = getattr(sc, "the_target", None)
-        if probe is not None and not paths and not tags:
+        if probe is not None and not paths and not set(tags) & (set(sc.tags) - contract_tags):
             continue
         h = hashlib.sha256(Path(sc.source).read_bytes())
         if probe is not None:  # its program, pins and settings name its kill points as much as the file does
@@ -865,6 +868,11 @@ class Campaign:
     def run(self, *, list_only: bool = False) -> CampaignResult | list[str]:
         o = self.options
         self.entries = load_library(o.scenarios, o.tags)
+        probes = [e.name for e in self.entries if getattr(e.scenario, "the_target", None) is not None]
+        if probes and (o.mode == "random" or not {"kill", "dresume"} & set(o.faults)):
+            # Said, never silent: their baselines run, their cases do not.
+            self.reporter.message(f"{len(probes)} probe scenario(s) get no case in this campaign: they are run at "
+                                  "depth 1 with kill/dresume faults only (exhaustive mode; docs/frameworks.md)")
         if list_only:
             # Listing needs the kill points (cached, or baselines to run) but leaves no campaign directory behind.
             with tempfile.TemporaryDirectory(prefix="killpoint-list-") as tmp:
@@ -1029,8 +1037,9 @@ def _error_record(job: tuple, status: str, payload: Any) -> dict[str, Any]:
     try:
         spec = spec_from_id(cid, origin=args[1], index=args[2])
         scenario, schedule = spec.scenario, list(spec.schedule) + [str(f) for f in spec.llm]
-    except ChaosError:
-        scenario, schedule = cid.partition("::")[0], []
+    except ChaosError:  # a probe scenario's case id (its own fact vocabulary): keep the schedule as written
+        scenario, _, rest = cid.partition("::")
+        schedule = rest.split("+") if rest else []
     return case_record(id=cid, scenario=scenario, schedule=schedule, origin=args[1], index=args[2],
                        first=schedule[0] if schedule else "", status=ERROR, verdict=status,
                        detail=str(payload).strip().splitlines()[-1] if payload else status, harness_error=str(payload),
@@ -1401,7 +1410,7 @@ def probe_lines(result: CampaignResult) -> list[str]:
             points = ", ".join(r["id"].partition("::")[2] for r in expected[:4]) + (" …" if len(expected) > 4 else "")
             lines.append(f"    EXPECTED FAILURE {', '.join(f'{k} ×{v}' for k, v in props.items())} at {points}")
             lines.append(f"      reason: {' '.join(str(b.get('expect_failure')).split())}")
-        elif b.get("expect_failure") and by[PASS]:
+        elif b.get("expect_failure") and by[PASS] and not (by[ERROR] or by[NOT_REACHED] or by[FAIL] or by[FLAKY]):
             lines.append(f"    UNEXPECTED PASS: declared to fail ({' '.join(b['expect_failure'].split())}), but every "
                          "case held")
     return lines

@@ -189,7 +189,9 @@ def shared_launcher(target: Target) -> Launcher:
     """This process's launcher for ``target`` (``chaos.zygote.launcher_for``: a warm zygote where the target
     allows one, else exec), started on first use and stopped at exit; one per (process, module, preload). A zygote
     that died (killed from outside) is replaced by a new one, once per case at most, with a warning."""
-    key = (os.getpid(), target.zygote_module(), target.preload, target.interpreter())
+    # A python target's zygote imports with the target's env (its telemetry switches): part of what it is.
+    key = (os.getpid(), target.zygote_module(), target.preload, target.interpreter(),
+           target.probe.env if target.probe is not None else ())
     with _server_lock:
         old = _launchers.get(key)
         if old is not None and getattr(old, "died", False):

@@ -211,7 +211,7 @@ def _run_probe_scenario(loaded, kills: tuple[str, ...], keep: bool, reports_dir:
     from chaos import verdict
     from chaos.case import case_slug, shared_launcher
     from chaos.faults import FaultSyntaxError, format_schedule, parse_schedule
-    from chaos.probecase import kill_points, run_probe_case
+    from chaos.probecase import classify, kill_points, run_probe_case
     from chaos.supervisor import Limits
 
     target = loaded.the_target
@@ -244,23 +244,24 @@ def _run_probe_scenario(loaded, kills: tuple[str, ...], keep: bool, reports_dir:
         raise SystemExit(1)
     result = (base.evidence.final.get("reader") or {}).get("result")
     pinned = [format_schedule(parse_schedule(list(s.faults), program.vocabulary)) for s in loaded.schedules]
-    todo = schedules or list(dict.fromkeys(kill_points(base.run, program.vocabulary) + pinned))
+    todo = schedules or list(dict.fromkeys(kill_points(base.run) + pinned))
     for i, schedule in enumerate(todo, 1):
         with out.status(f"{loaded.name}: case {i}/{len(todo)} {schedule}"):
             name = case_slug(f"{loaded.name}::{schedule}")
             case = run_probe_case(program, schedule, work, baseline=result, limits=limits, name=name,
                                   launcher=launcher, model=model)
-        if case.passed and case.run.verdict != "kill-point-not-reached":
+        status, failures = classify(case)  # the campaign's verdict, so a report's repro line says the same
+        if status == "pass":
             out.print(f"PASS {loaded.name}::{schedule}")
             if not keep:
                 shutil.rmtree(work / name, ignore_errors=True)
-        elif case.passed:
+        elif status == "not-reached":
             out.print(f"NOT REACHED {loaded.name}::{schedule}", style="yellow")
         else:
             failed += 1
-            out.print(f"FAIL {loaded.name}::{schedule}", style="bold red")
-            for prop in case.failed:
-                out.print(f"  {prop}: {case.problems[prop][0]}")
+            out.print(f"{status.upper()} {loaded.name}::{schedule}", style="bold red")
+            for f in failures:
+                out.print(f"  {f['invariant']}: {f['message']}")
     if not keep:
         shutil.rmtree(work / "baseline", ignore_errors=True)
     if loaded.expect_failure:
@@ -277,6 +278,25 @@ def killpoints_command(scenario: str) -> None:
     loaded = _load_scenario_or_exit(scenario)
     import tempfile
     from pathlib import Path
+
+    if getattr(loaded, "the_target", None) is not None:  # a probe scenario: the program's own durable writes
+        from chaos.case import shared_launcher
+        from chaos.probecase import kill_points, run_probe_case
+
+        if not loaded.the_target.probe.python:
+            _fail_usage([f"{loaded.source}: its interpreter environment is not prepared: run `chaos targets "
+                         f"prepare {loaded.source}`"])
+        with tempfile.TemporaryDirectory(prefix="chaos-killpoints-") as tmp:
+            base = run_probe_case(loaded.the_target.probe, (), Path(tmp), name="baseline",
+                                  launcher=shared_launcher(loaded.the_target), model=loaded if loaded.runs else None)
+        if not base.passed:
+            for prop in base.failed:
+                click.echo(f"BASELINE {loaded.name}: {prop}: {base.problems[prop][0]}", err=True)
+            raise SystemExit(1)
+        points = kill_points(base.run)
+        click.echo("\n".join(points))
+        click.echo(f"{len(points)} kill point(s); `chaos run` and `chaos campaign` kill at each")
+        return
 
     from chaos import verdict
     from chaos.case import run_baseline
@@ -805,10 +825,6 @@ def corpus_info(path: str | None) -> None:
         click.echo(f"  rules not reached: {', '.join(missing)}")
 
 
-if __name__ == "__main__":
-    main()
-
-
 # ---- python targets' interpreter environments (chaos.environments) -----------------------------------------------
 
 
@@ -846,3 +862,7 @@ def targets_prepare(paths: tuple[str, ...]) -> None:
             failed += 1
             click.echo(f"  FAILED {env_dir(reqs)}: {exc}", err=True)
     raise SystemExit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

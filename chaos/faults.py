@@ -115,6 +115,8 @@ class Fault:
     count: int | None = None
 
     def __post_init__(self) -> None:
+        if self.count == 2:  # dresume(2) is plain dresume: one canonical form
+            object.__setattr__(self, "count", None)
         word = {"torn": f"torn({self.bytes})", "ioerror": f"ioerror({self.errno})"}.get(self.action, self.action)
         if self.count is not None:
             word = f"dresume({self.count})"
@@ -174,7 +176,7 @@ class Barrier:
 
 
 def _action_list() -> str:
-    return "kill, int, torn(B), powerloss, dresume, ioerror(ENOSPC|EIO)"
+    return "kill, int, torn(B), powerloss, dresume, dresume(K), ioerror(ENOSPC|EIO)"
 
 
 def parse_point(text: str, vocabulary: Sequence[str] = FACT_NAMES) -> KillPoint:

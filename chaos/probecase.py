@@ -22,6 +22,7 @@ bytes at announced offsets, and a probe announces offsets 0.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import uuid
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos import properties
-from chaos.faults import Barrier, Fault, parse_schedule
+from chaos.faults import Fault, parse_schedule
 from chaos.process import Launcher, SubprocessLauncher
 from chaos.records import CaseRun
 from chaos.supervisor import AgentCommand, Limits, Step, Supervisor
@@ -48,6 +49,7 @@ class ProbeCase:
     run: CaseRun
     evidence: properties.ProbeEvidence
     problems: dict[str, list[str]] = field(default_factory=dict)
+    requests: int = 0  # requests the scripted model answered
 
     @property
     def passed(self) -> bool:
@@ -89,15 +91,17 @@ def _inspect_args(program: ProbeProgram, case: Path, into: Path) -> list[str]:
     return args
 
 
-def environment(program: ProbeProgram, witness: Path, base_url: str | None = None) -> dict[str, str]:
-    """What every launch of the program gets: its own env, the witness file, the probe's path in a foreign
-    interpreter, and the scripted model's address when the scenario has one."""
-    # "{case}" in a value names this case's directory (a framework's storage directory, say).
-    env = {**{k: v.replace("{case}", str(witness.parent)) for k, v in program.env}, "CHAOS_WITNESS": str(witness)}
+def environment(program: ProbeProgram, case: Path, base_url: str | None = None) -> dict[str, str]:
+    """The whole environment of a launch of the program in ``case``: this process's, the program's own (``{case}``
+    in a value names the case directory: a framework's storage directory, say), the witness file, the probe's path
+    in a foreign interpreter, and the scripted model's address when the scenario has one."""
+    env = {k: v for k, v in os.environ.items() if k != "CHAOS_CONTROL"}
+    env.update({k: v.replace("{case}", str(case)) for k, v in program.env})
+    env["CHAOS_WITNESS"] = str(case / "witness.jsonl")
     if program.python and program.python != sys.executable:
         from chaos.environments import probe_path
 
-        env["PYTHONPATH"] = probe_path()
+        env["PYTHONPATH"] = probe_path()  # only the probe: killpoint's own packages would shadow the framework's
     if base_url:
         env["OPENAI_BASE_URL"] = base_url
         env["OPENAI_API_KEY"] = "killpoint-scripted"  # the scripted server checks no key; SDKs insist on one
@@ -120,8 +124,7 @@ def inspect_final(program: ProbeProgram, case: Path, env: Mapping[str, str], lau
     into = case / "inspections" / name
     argv = [*_runner(program, case), *_inspect_args(program, case, into), "--only", "--",
             *_fill(program.program, case)]
-    quiet = {k: v for k, v in env.items() if k != "CHAOS_CONTROL"}
-    proc = launcher.launch(argv, quiet, case, case / f"{name}.out", case / f"{name}.err")
+    proc = launcher.launch(argv, env, case, case / f"{name}.out", case / f"{name}.err")
     try:
         code = proc.wait(INSPECT_SECONDS)
         if code is None:
@@ -155,6 +158,7 @@ def run_probe_case(program: ProbeProgram, schedule: str | Sequence[Fault], work_
     witness.touch()
     launcher = launcher or SubprocessLauncher()
     server = key = None
+    requests: list = []
     if model is not None and getattr(model, "runs", None):
         from chaos.case import shared_server
 
@@ -162,50 +166,54 @@ def run_probe_case(program: ProbeProgram, schedule: str | Sequence[Fault], work_
         base_url = server.add_case(key, model, log_path=case / "requests.jsonl")
     else:
         base_url = None
-    env = environment(program, witness, base_url)
+    env = environment(program, case, base_url)
     try:
         run = Supervisor(command(program, case, env), case / "supervisor", limits=limits, launcher=launcher,
                          label=f"{program.name}::{'+'.join(map(str, faults))}").run(faults)
         final = inspect_final(program, case, env, launcher)
         again = properties.NO_BASELINE
         if "recovery-deterministic" in program.properties and run.kills:
-            again = recover_again(program, case, run, env, launcher)
+            again = recover_again(program, case, run, base_url, launcher, limits)
     finally:
         if server is not None:
-            server.remove_case(key)
+            requests = server.remove_case(key)
     evidence = gather(run, witness, case / "inspections", final, baseline, again)
     return ProbeCase(run, evidence, properties.judge(evidence, bound=program.effect_bound,
                                                      max_launches=program.max_launches,
-                                                     properties=program.properties))
+                                                     properties=program.properties), requests=len(requests))
 
 
-def recover_again(program: ProbeProgram, case: Path, run: CaseRun, env: Mapping[str, str],
-                  launcher: Launcher) -> Any:
+def recover_again(program: ProbeProgram, case: Path, run: CaseRun, base_url: str | None, launcher: Launcher,
+                  limits: Limits) -> Any:
     """Recover the durable state of the case's last kill a second time, in another directory, without faults;
-    the final result (``recovery-deterministic``). The state is the copy the restart after that kill inspected
-    (chaos.probe.inspect: taken before the restart ran anything)."""
+    its final result (``recovery-deterministic``), or a text saying why it has none. The state is the untouched copy
+    the restart after that kill took before it ran anything (chaos.probe.inspect)."""
     killed = [l.index for l in run.launches if l.killed_by is not None]
     later = [l for l in run.launches if killed and l.index > killed[-1]]
     copy = case / "inspections" / f"{later[0].pid}.case" if later else None
     if copy is None or not copy.is_dir():
-        return properties.NO_BASELINE
+        return properties.NO_BASELINE  # the case ended at its kill: there is no recovery to compare with
     again = case / "again"
     if again.exists():
         shutil.rmtree(again)
     shutil.copytree(copy, again, symlinks=True)
-    quiet = {k: v for k, v in env.items() if k != "CHAOS_CONTROL"}
-    quiet["CHAOS_WITNESS"] = str(case / "again-witness.jsonl")  # its effects are not the case's evidence
+    env = environment(program, again, base_url)  # its own witness (not the case's evidence), its own {case}
     argv = [*_runner(program, again), "--", *_fill(program.program, again)]
+    code = None
     for attempt in range(program.max_launches):
-        proc = launcher.launch(argv, quiet, again, case / f"again-{attempt}.out", case / f"again-{attempt}.err")
+        proc = launcher.launch(argv, env, again, case / f"again-{attempt}.out", case / f"again-{attempt}.err")
         try:
-            code = proc.wait(INSPECT_SECONDS)
+            code = proc.wait(limits.case_seconds)
         finally:
             proc.kill_session()
             proc.close()
         if code == 0:
             break
-    record = inspect_final(program, again, quiet, launcher, name="final")
+    if code != 0:
+        return f"<the second recovery did not finish: {'no exit' if code is None else f'exit {code}'}>"
+    record = inspect_final(program, again, env, launcher, name="final")
+    if record.get("reader_error"):
+        return f"<the second recovery's state could not be read: {record['reader_error']}>"
     return (record.get("reader") or {}).get("result")
 
 
@@ -218,17 +226,43 @@ def run_probe_baseline(program: ProbeProgram, work_dir: Path | str, **kwargs: An
     return (base.evidence.final.get("reader") or {}).get("result")
 
 
-def kill_points(run: CaseRun, vocabulary: Sequence[str], phases: Sequence[str] = ("before-write", "after-sync"),
-                ) -> list[str]:
-    """Every kill point a (crash-free) run reached, one per barrier of ``phases``, named by its first fact
-    (``commit@after-sync#2``): the depth-1 exhaustive schedule of a probe program. ``after-write`` is left out by
-    default: for the probe it is the same moment as ``before-write``."""
-    points = []
-    for event in run.barriers:
-        if event.phase in phases:
-            named = Barrier(event.phase, tuple(event.facts), event.tx, event.ordinals).points(vocabulary)
-            points.append(str(named[1] if len(named) > 1 else named[0]))
-    return points
+def kill_points(run: CaseRun, phases: Sequence[str] = ("before-write", "after-sync")) -> list[str]:
+    """Every kill point a (crash-free) run reached, one per barrier of ``phases``, named as a campaign names them
+    (``chaos.schedules.Transaction``: the probe's first fact, ``commit@after-sync#2``): the depth-1 exhaustive
+    schedule of a probe program. ``after-write`` is left out: for the probe it is the same moment as
+    ``before-write``."""
+    from chaos.schedules import Transaction
+
+    return [str(Transaction(e.tx, tuple(e.facts), tuple(e.ordinals.items())).point(e.phase))
+            for e in run.barriers if e.phase in phases]
+
+
+def classify(case: ProbeCase) -> tuple[str, list[dict[str, Any]]]:
+    """The one verdict of a probe case (campaign, ``chaos run``): its status (chaos.status) and failures
+    (``{"invariant": property or verdict, "message", "evidence"}``).
+
+    A hang, protocol error or crash is a failure of its own (never hidden by a property that holds); a schedule
+    whose kill point was never reached is ``not-reached`` unless a fault that did fire left a property failing; a
+    launch error is the harness's ``error``; a program that ended with another exit and no failing property fails
+    as ``program-exit``."""
+    from chaos import records
+    from chaos.status import ERROR, FAIL, NOT_REACHED, PASS
+
+    run = case.run
+    failures = [{"invariant": prop, "message": found[0], "evidence": found}
+                for prop, found in case.problems.items() if found]
+    if run.verdict == records.LAUNCH_ERROR:
+        return ERROR, []
+    if run.verdict in (records.NOT_REACHED, records.NOT_APPLICABLE):
+        return (FAIL, failures) if failures and run.faults else (NOT_REACHED, [])
+    if run.verdict in (records.HANG, records.PROTOCOL_ERROR, records.CRASH):
+        failures.insert(0, {"invariant": run.verdict, "message": run.detail, "evidence": {"verdict": run.verdict}})
+    elif not (run.verdict or "").startswith("exit:"):
+        return ERROR, []
+    elif run.verdict != "exit:0" and not failures:
+        failures.append({"invariant": "program-exit", "message": f"{run.verdict}: {run.detail}",
+                         "evidence": {"verdict": run.verdict}})
+    return (FAIL if failures else PASS), failures
 
 
 def gather(run: CaseRun, witness: Path, inspections: Path, final: dict, baseline: Any,

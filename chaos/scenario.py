@@ -1167,6 +1167,9 @@ class ProbeScenario(_Model):
     guarantee: str = Field(min_length=1)  # verbatim, from the docs or docstrings shipped in the pinned package
     guarantee_source: str = Field(min_length=1)
     expect_failure: str | None = Field(default=None, min_length=1)  # "<reason, link>": a confirmed finding
+    # The properties the finding fails: a case is an expected failure only when every failure it has is one of them
+    # (never a hang, protocol error, crash or unexpected exit). Empty: any of the target's properties.
+    expect_properties: list[str] = Field(default_factory=list)
     target: dict[str, Any]
     schedules: list[ProbeSchedule] = Field(default_factory=list)
     runs: list[Run] = Field(default_factory=list)  # the scripted model (OPENAI_BASE_URL), when the program has one
@@ -1184,6 +1187,14 @@ class ProbeScenario(_Model):
     def the_target(self):
         """The ``chaos.target.Target`` of kind "python" this scenario runs."""
         return self._target
+
+    def expected(self, failures: list[dict]) -> bool:
+        """Whether a case's failures are this scenario's expected failure: it declares one, and every failure is a
+        property it names (``expect_properties``, or any property of its target)."""
+        if not self.expect_failure or not failures:
+            return False
+        allowed = set(self.expect_properties or self._target.probe.properties)
+        return all(f.get("invariant") in allowed for f in failures)
 
     def operations(self) -> list[tuple[str, int]]:
         return [("run", i) for i in range(len(self.runs))]
@@ -1209,6 +1220,12 @@ def _parse_probe_scenario(data: dict, text: str, name: str) -> ProbeScenario:
     except TargetError as exc:
         lines += exc.messages
     if target is not None:
+        for i, prop in enumerate(data.get("expect_properties") or []):
+            if prop not in target.probe.properties:
+                problems.append((("expect_properties", i), f"{prop!r} is not one of the target's properties "
+                                 f"({', '.join(target.probe.properties)})"))
+        if data.get("expect_properties") and not data.get("expect_failure"):
+            problems.append((("expect_properties",), "needs expect_failure (the reason)"))
         for i, sched in enumerate(data.get("schedules") or []):
             for j, text_ in enumerate(sched.get("faults") or [] if isinstance(sched, dict) else []):
                 try:

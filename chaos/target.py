@@ -18,9 +18,14 @@ otherwise learn by importing it (modelled on Jepsen's ``jepsen.db/DB`` protocol 
   witnessed (``CHAOS_WITNESS``) and how it reaches the model (``OPENAI_BASE_URL``: chat completions);
 - its exit codes (which mean "settled by itself", which "blocked", which "refused: session locked");
 - how its processes start (``launcher``): forked from a warm zygote that imported its ``preload`` once
-  (``chaos.zygote``; only for a ``python -m MODULE`` command of this interpreter — the bundled agent), or exec'd
-  from scratch (any other command). The launcher never changes a verdict (``chaos campaign --launcher-check``), so
-  it is not part of the cache key.
+  (``chaos.zygote``; for a ``python -m MODULE`` command of this interpreter — the bundled agent — and for python
+  targets, in their own interpreter), or exec'd from scratch (any other command). The launcher never changes a
+  verdict (``chaos campaign --launcher-check``), so it is not part of the cache key.
+
+A ``kind = "python"`` target is an unmodified Python program run under the injected probe (``chaos.probe``): its
+``probe`` (``ProbeProgram``) says how to run and read it, in which prepared interpreter environment
+(``chaos.environments``), with which fact vocabulary, guarantee and properties (``chaos.properties``). It is built
+by ``python_target`` from a probe scenario's ``[target]`` table (docs/frameworks.md); its launch templates are unused.
 
 The bundled agent is simply the default target (``Target()``). ``Target.key()`` names it in the baseline cache
 (the bundled agent's key includes the digest of its source, so an edited agent never reuses stale kill points);
@@ -488,9 +493,8 @@ def python_target(data: Mapping[str, Any], base: Path, where: str, *, source: st
     def bad(key: str, message: str) -> None:
         problems.append(f"{where}: {key}: {message}")
 
-    unknown = sorted(set(data) - set(PYTHON_KEYS))
-    if unknown:
-        bad(unknown[0], f"unknown key for a python target (expected some of {', '.join(PYTHON_KEYS)})")
+    for key in sorted(set(data) - set(PYTHON_KEYS)):
+        bad(key, f"unknown key for a python target (expected some of {', '.join(PYTHON_KEYS)})")
     lists = {}
     for key in ("requirements", "state", "sqlite", "tables", "files", "points", "preload"):
         value = data.get(key, ["state"] if key == "state" else [])  # ProbeProgram's default state path
@@ -501,9 +505,14 @@ def python_target(data: Mapping[str, Any], base: Path, where: str, *, source: st
     for pin in lists["requirements"]:
         if "==" not in pin and "@" not in pin:
             bad("requirements", f"{pin!r}: pin an exact version (name==X.Y.Z): a campaign must be reproducible")
-    for rel in (*lists["state"], *lists["sqlite"]):
-        if os.path.isabs(rel) or ".." in Path(rel).parts:
-            bad("state", f"{rel!r}: must be relative to the case directory, inside it")
+    for key in ("state", "sqlite"):
+        for rel in lists[key]:
+            if os.path.isabs(rel) or ".." in Path(rel).parts:
+                bad(key, f"{rel!r}: must be relative to the case directory, inside it")
+    for rel in lists["sqlite"]:
+        # Inspections read a copy of the state paths: a database outside them would always look absent.
+        if not any(Path(rel) == Path(st) or Path(st) in Path(rel).parents for st in lists["state"]):
+            bad("sqlite", f"{rel!r}: must lie under one of the state paths ({', '.join(lists['state']) or 'none'})")
     argvs = {}
     for key in ("program", "reader"):
         value = data.get(key)
@@ -533,6 +542,11 @@ def python_target(data: Mapping[str, Any], base: Path, where: str, *, source: st
     for prop in props:
         if prop not in ALL_PROPERTIES:
             bad("properties", f"unknown property {prop!r} (known: {', '.join(ALL_PROPERTIES)})")
+    needs_reader = [p for p in props if p in ("recorded-not-redone", "completes", "matches-baseline",
+                                              "recovery-deterministic")]
+    if needs_reader and data.get("reader") is None:
+        # Without a reader they would compare nothing with nothing and hold: never a silent pass.
+        bad("reader", f"required by {', '.join(needs_reader)} (they judge what the durable state records)")
     env = data.get("env", {})
     if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
         bad("env", "must be a table of strings")
@@ -681,6 +695,9 @@ def resolve_target(path: str | None = None, *, bugs: str | Sequence[str] = "", p
     """The one place a front end (CLI, pytest plugin, mutants) builds its target: the file (default: the bundled
     agent), then the known-bug switches (checked against what the target offers) and a foreign planner on top."""
     target = load_target(path) if path else Target()
+    if target.probe is not None:
+        raise TargetError(f"{path}: a python target (kind = \"python\") is run from a probe scenario's [target] "
+                          "table (docs/frameworks.md), not with --target")
     names = [b.strip() for b in bugs.split(",")] if isinstance(bugs, str) else list(bugs)
     names = [b for b in names if b]
     if planner_scope is not None and planner_scope not in PLANNER_SCOPES:

@@ -274,10 +274,10 @@ def discover_probe_baseline(ctx: Context, name: str, runs: int = 2) -> dict[str,
 
 
 def execute_probe(ctx: Context, spec, *, name: str | None = None, keep: str | None = None) -> Outcome:
-    """Run one case of a probe scenario and classify it (the probe properties instead of the oracle)."""
-    from chaos import records
+    """Run one case of a probe scenario and classify it (``chaos.probecase.classify``: the probe properties
+    instead of the oracle)."""
     from chaos.case import CaseResult, shared_launcher
-    from chaos.probecase import run_probe_case
+    from chaos.probecase import classify, run_probe_case
 
     scenario = ctx.scenario(spec.scenario)
     target = scenario.the_target
@@ -286,34 +286,15 @@ def execute_probe(ctx: Context, spec, *, name: str | None = None, keep: str | No
                           limits=ctx.limits, name=name or "case", launcher=shared_launcher(target),
                           model=scenario if scenario.runs else None)
     run = case.run
-    failures: list[dict[str, Any]] = []
-    if run.verdict in (records.NOT_REACHED, records.NOT_APPLICABLE):
-        status = NOT_REACHED
-    elif run.verdict == records.LAUNCH_ERROR:
-        status = ERROR
-    else:
-        for prop, problems in case.problems.items():
-            if problems:
-                failures.append({"invariant": prop, "message": problems[0], "evidence": problems})
-        if run.verdict in (records.HANG, records.PROTOCOL_ERROR, records.CRASH):
-            failures.insert(0, {"invariant": run.verdict, "message": run.detail, "evidence": {"verdict": run.verdict}})
-        status = FAIL if failures else PASS
+    status, failures = classify(case)
     case_dir = str(Path(run.case_dir).parent) if run.case_dir else None
     if case_dir and status == PASS and (keep or ctx.config.keep) != "all":
         shutil.rmtree(case_dir, ignore_errors=True)
         case_dir = None
     result = CaseResult(spec.id, spec.scenario, list(spec.schedule), status, run.verdict or "", run.detail or "",
                         duration=round(time.monotonic() - t0, 3), case_dir=case_dir, launches=len(run.launches),
-                        kills=len(run.kills), target=target.label())
-    result.requests = _count_lines(Path(case_dir) / "requests.jsonl") if case_dir else 0
+                        kills=len(run.kills), requests=case.requests, target=target.label())
     return Outcome(status, failures, result, case.evidence, run)
-
-
-def _count_lines(path: Path) -> int:
-    try:
-        return sum(1 for _ in path.open(encoding="utf-8"))
-    except OSError:
-        return 0
 
 
 # Digests computed over entry ids (SPEC §8: a compaction's sourceDigest covers sourceEntryId) differ between two
@@ -473,12 +454,13 @@ def run_case_job(ctx: Context, case_id: str, origin: str, index: int) -> dict[st
     record = _record(ctx, spec, first)
     if first.status != FAIL:
         return record
-    expected = getattr(ctx.scenario(spec.scenario), "expect_failure", None)
-    if expected:
+    scenario = ctx.scenario(spec.scenario)
+    if ctx.probe(spec.scenario) and scenario.expected(first.failures):
         # A confirmed finding pinned as a regression scenario: reported with its reason, not counted. No re-run:
-        # failing again or not, the case is an expected failure (`chaos run` re-runs it on demand).
+        # failing again or not, the case is an expected failure (`chaos run` re-runs it on demand). A failure the
+        # finding does not name (a hang, another property) goes on as any failure.
         record["status"] = EXPECTED
-        record["detail"] = f"expected failure: {expected}"
+        record["detail"] = f"expected failure: {' '.join(scenario.expect_failure.split())}"
         return case_record(**record)
     again = execute(ctx, spec, name=f"{slug}.rerun")
     # Both evidences: a flaky verdict names what the first run saw and what the re-run saw instead.
@@ -590,8 +572,8 @@ def _record(ctx: Context, spec, outcome: Outcome) -> dict[str, Any]:
         "fired": len(run.faults) == len(spec.faults),
         "rules": [] if ctx.probe(spec.scenario) else restart_rules(outcome.evidence),
         "case_dir": _rel(ctx, result.case_dir),
-        "bugs": list(ctx.target.bugs),
-        "target": ctx.target.label(),
+        "bugs": [] if ctx.probe(spec.scenario) else list(ctx.target.bugs),
+        "target": result.target,
         "divergence": result.divergence,
         "tags": list(ctx.scenario(spec.scenario).tags),
         "minimal": None,

@@ -449,3 +449,9 @@ def install(state=(), session: str | None = None) -> None:
     socket.socket.connect = _connect_wrapper(socket.socket.connect)
     socket.socket.connect_ex = _connect_wrapper(socket.socket.connect_ex)
     os.register_at_fork(after_in_child=_PROBE.forget_channel)
+    if _PROBE.control:
+        # Say hello now, before the program runs: after dresume(K) the supervisor holds each sibling's hello until
+        # every sibling has said hello, and a restart inspects the state before it installs the probe — so every
+        # sibling's inspection is finished before any of them runs the program (none copies a state another is
+        # already writing).
+        _PROBE._channel()

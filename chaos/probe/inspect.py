@@ -7,7 +7,8 @@ what it reads is the durable state the kill left. The final state of a case is i
 with ``--only`` (inspect, do not run the program).
 
 It reads a **copy**: the declared state paths (``--copy``, relative to the case directory) are copied to
-``DIR/<pid>.case/`` at the same relative places, and the integrity checks and the reader run on the copy. Why: opening
+``DIR/<pid>.case/`` at the same relative places (kept untouched: a second recovery starts from it), and again to
+``DIR/<pid>.case.read/``, where the integrity checks and the reader run. Why: opening
 an SQLite file in WAL mode read-write may checkpoint the WAL into the main file and a framework's reader may write
 (migrations, a lock table); the program that restarts must find the bytes the kill left, not what the inspection
 made of them. Nothing else runs while the copy is made (the restart has not started its program yet), so the copy of
@@ -39,7 +40,9 @@ import time
 import traceback
 from collections.abc import Sequence
 
-READER_SECONDS = 60.0
+# Below the supervisor's default silence limit (30 s, counted from the launch): a reader that hangs is reported as
+# the reader's failure, not as a hang of the program.
+READER_SECONDS = 25.0
 
 
 def integrity(path: str) -> str:
@@ -143,11 +146,16 @@ def read(reader: Sequence[str], case: str, out: str) -> tuple[dict | None, str |
 
 def inspect_state(case: str, copy: Sequence[str], sqlite_paths: Sequence[str], reader: Sequence[str] | None,
                   into: str) -> dict:
-    """The inspection record (module docstring) of ``case``'s state as it is now, read from a copy in ``into``."""
+    """The inspection record (module docstring) of ``case``'s state as it is now. ``into`` keeps an untouched copy
+    (what a second recovery starts from: chaos.probecase.recover_again); the checks and the reader work on a second
+    copy, ``into`` + ``.read`` (closing an SQLite connection checkpoints its WAL; a reader may write)."""
     os.makedirs(into, exist_ok=True)  # also when nothing exists yet to copy: the reader runs in it
     copy_state(case, copy, into)
-    record: dict = {"integrity": {p: integrity(os.path.join(into, p)) for p in sqlite_paths}, "reader": None,
+    work = into.rstrip("/") + ".read"
+    os.makedirs(work, exist_ok=True)
+    copy_state(into, copy, work)
+    record: dict = {"integrity": {p: integrity(os.path.join(work, p)) for p in sqlite_paths}, "reader": None,
                     "reader_error": None}
     if reader:
-        record["reader"], record["reader_error"] = read(reader, into, into.rstrip("/") + ".reader")
+        record["reader"], record["reader_error"] = read(reader, work, into.rstrip("/") + ".reader")
     return record

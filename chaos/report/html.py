@@ -156,7 +156,9 @@ def render_html(report: CampaignReport, summary: dict[str, Any]) -> str:
         recovery=_point_rows(coverage.get("recovery")),
         rules=[{"rule": k, "count": v} for k, v in (coverage.get("rules") or {}).items()],
         rules_unreached=list(coverage.get("rules_unreached") or []),
-        bad_baselines={k: v for k, v in summary.get("baselines", {}).items() if not v.get("ok")},
+        bad_baselines={k: v for k, v in summary.get("baselines", {}).items()
+                       if not v.get("ok") and not v.get("skipped")},
+        skipped={k: v["skipped"] for k, v in summary.get("baselines", {}).items() if v.get("skipped")},
         git=git_of(report.versions),
         status_class={PASS: "pass", FAIL: "fail", FLAKY: "flaky", NOT_REACHED: "unreached", ERROR: "error",
                       EXPECTED: "flaky"},

@@ -80,7 +80,8 @@ def summarize(report: CampaignReport) -> dict[str, Any]:
         # Failures of scenarios that declare `expect_failure` (confirmed findings pinned as regressions).
         "expectedFailures": [_failure_entry(c) for c in cases if c.status == EXPECTED],
         "errors": [{"case": c.id, "verdict": c.verdict, "detail": c.detail} for c in cases if c.status == ERROR],
-        "baselines": {name: {"ok": bool(b.get("ok")), "problems": list(b.get("problems") or []),
+        "baselines": {name: {"ok": bool(b.get("ok")), "skipped": b.get("skipped"),
+                             "problems": list(b.get("problems") or []),
                              "why": list(b.get("why") or [])}
                       for name, b in sorted(report.baselines.items())},
         # The engine's coverage (chaos.campaign.coverage) is the only one: a report built without it has none.

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from chaos.errors import ChaosError
+from chaos.probe import PROBE_FACTS  # stdlib only: the words a probe barrier starts with
 from chaos.faults import (
     FACT_NAMES,
     Fault,
@@ -162,7 +163,10 @@ class Transaction:
 
     @property
     def name(self) -> str:
-        """The fact that names this transaction's kill points."""
+        """The fact that names this transaction's kill points: a probe barrier's first fact (the probe's own word:
+        ``commit``, ``write``…, whatever its tables are called), else the contract's naming order."""
+        if self.facts and self.facts[0] in PROBE_FACTS:
+            return self.facts[0]
         present = dict(self.ordinals)
         return next((n for n in _NAMING_ORDER if n in present), self.facts[0])
 

@@ -64,7 +64,7 @@ def test_correct_program_holds_every_property_under_a_real_kill(tmp_path, baseli
 def test_correct_program_holds_at_every_kill_point(tmp_path, baseline):
     """Killed at every before-write and after-sync barrier its crash-free run reaches, the correct workflow holds
     every property each time."""
-    points = kill_points(run_probe_case(PROGRAM, (), tmp_path, name="discover").run, PROGRAM.vocabulary)
+    points = kill_points(run_probe_case(PROGRAM, (), tmp_path, name="discover").run)
     assert len(points) == 2 * len(STEP_FACTS) * 3 and points[:2] == ["point@before-write#1", "point@after-sync#1"]
     failing = {}
     for i, point in enumerate(points):
