@@ -74,7 +74,7 @@ from chaos.schedules.depth2 import Depth2
 from chaos.schedules.exhaustive import Exhaustive
 from chaos.schedules.random import Random
 from chaos.schedules.torn import Torn
-from chaos.target import Target
+from chaos.target import Target, is_probe
 from chaos.status import ERROR, EXPECTED, FAIL, FLAKY, NOT_REACHED, PASS
 from chaos.workers import WorkerConfig, WorkerPool
 
@@ -393,16 +393,15 @@ def load_library(paths: Sequence[str], tags: Sequence[str] = ()) -> list[Entry]:
     entries = []
     # A tag the bundled agent's scenarios also use ("tools") does not pull the framework targets into a sweep of the
     # library; a tag only they carry ("frameworks", "langgraph") selects them.
-    contract_tags = {t for sc in scenarios if getattr(sc, "the_target", None) is None for t in sc.tags}
+    contract_tags = {t for sc in scenarios if not is_probe(sc) for t in sc.tags}
     for sc in scenarios:
         if tags and not set(tags) & set(sc.tags):
             continue
-        probe = getattr(sc, "the_target", None)
-        if probe is not None and not paths and not set(tags) & (set(sc.tags) - contract_tags):
+        if is_probe(sc) and not paths and not set(tags) & (set(sc.tags) - contract_tags):
             continue
         h = hashlib.sha256(Path(sc.source).read_bytes())
-        if probe is not None:  # its program, pins and settings name its kill points as much as the file does
-            h.update(probe.key().encode())
+        if is_probe(sc):  # its program, pins and settings name its kill points as much as the file does
+            h.update(sc.the_target.key().encode())
         entries.append(Entry(sc.name, Path(sc.source).resolve(), h.hexdigest()[:16], sc))
     if not entries:
         raise CampaignError(f"no scenario matches tags {', '.join(tags)}" if tags else "no scenario files found")
@@ -419,7 +418,7 @@ def _load_json(path: Path) -> Any | None:
 def _points(entry: Entry, transactions: Sequence[Mapping]) -> ScenarioPoints:
     sc = entry.scenario
     pinned = tuple(tuple(s.faults) for s in sc.schedules)
-    if getattr(sc, "the_target", None) is not None:
+    if is_probe(sc):
         return ScenarioPoints(entry.name, tuple(Transaction.from_json(t) for t in transactions), pinned, tuple(sc.tags),
                               max(1, len(sc.runs)), tuple(len(r.turns) for r in sc.runs) or (1,),
                               vocabulary=sc.the_target.probe.vocabulary)
@@ -868,7 +867,7 @@ class Campaign:
     def run(self, *, list_only: bool = False) -> CampaignResult | list[str]:
         o = self.options
         self.entries = load_library(o.scenarios, o.tags)
-        probes = [e.name for e in self.entries if getattr(e.scenario, "the_target", None) is not None]
+        probes = [e.name for e in self.entries if is_probe(e.scenario)]
         if probes and (o.mode == "random" or not {"kill", "dresume"} & set(o.faults)):
             # Said, never silent: their baselines run, their cases do not.
             self.reporter.message(f"{len(probes)} probe scenario(s) get no case in this campaign: they are run at "
@@ -946,8 +945,7 @@ class Campaign:
             # Scenarios whose baseline never ran (the budget ended first) have no entry: nothing failed there.
             params["baselines"] = {e.name: {**e.baseline, "file": str(e.path), "digest": e.digest,
                                             **({"probe": True, "expect_failure": e.scenario.expect_failure}
-                                               if e.points is not None and e.points.vocabulary is not None
-                                               or getattr(e.scenario, "the_target", None) is not None else {})}
+                                               if is_probe(e.scenario) else {})}
                                    for e in self.entries if e.baseline}
             params["discovery"] = self.discovery
             params["scenario_names"] = [e.name for e in self.entries]  # the series of chaos.report.history

@@ -147,7 +147,9 @@ def run_command(scenario: str, kills: tuple[str, ...], target_file, agent_bugs: 
     loaded = _load_scenario_or_exit(scenario)
     from chaos.faults import FaultSyntaxError, format_schedule, parse_schedule
 
-    if getattr(loaded, "the_target", None) is not None:
+    from chaos.target import is_probe
+
+    if is_probe(loaded):
         _run_probe_scenario(loaded, kills, keep, reports_dir, case_timeout)
 
     schedules: list[str] = []
@@ -279,7 +281,9 @@ def killpoints_command(scenario: str) -> None:
     import tempfile
     from pathlib import Path
 
-    if getattr(loaded, "the_target", None) is not None:  # a probe scenario: the program's own durable writes
+    from chaos.target import is_probe
+
+    if is_probe(loaded):  # a probe scenario: the program's own durable writes
         from chaos.case import shared_launcher
         from chaos.probecase import kill_points, run_probe_case
 
@@ -841,15 +845,15 @@ def targets_prepare(paths: tuple[str, ...]) -> None:
     from chaos.campaign import bundled_scenarios
     from chaos.environments import PrepareError, env_dir, prepare
     from chaos.scenario import load_scenarios
+    from chaos.target import is_probe
 
     scenarios, problems = load_scenarios(list(paths) or [bundled_scenarios() / "frameworks"])
     if problems:
         _fail_usage(problems)
     wanted: dict[tuple[str, ...], list[str]] = {}
     for sc in scenarios:
-        target = getattr(sc, "the_target", None)
-        if target is not None and target.probe.requirements:
-            wanted.setdefault(tuple(sorted(target.probe.requirements)), []).append(sc.name)
+        if is_probe(sc) and sc.the_target.probe.requirements:
+            wanted.setdefault(tuple(sorted(sc.the_target.probe.requirements)), []).append(sc.name)
     if not wanted:
         click.echo("no python target with requirements under " + (", ".join(paths) or "scenarios/frameworks/"))
         return

@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,10 +32,11 @@ from typing import Any
 
 from chaos import properties
 from chaos.faults import Fault, parse_schedule
+from chaos.probe.inspect import exception_line
 from chaos.process import Launcher, SubprocessLauncher
 from chaos.records import CaseRun
 from chaos.supervisor import AgentCommand, Limits, Step, Supervisor
-from chaos.target import ProbeProgram, Target, TargetError
+from chaos.target import ProbeProgram, TargetError
 
 __all__ = ["ProbeProgram", "ProbeCase", "run_probe_case", "run_probe_baseline", "kill_points", "command"]
 INSPECT_SECONDS = 120.0  # the final inspection: a reader that imports a framework by exec takes seconds
@@ -98,10 +98,7 @@ def environment(program: ProbeProgram, case: Path, base_url: str | None = None) 
     env = {k: v for k, v in os.environ.items() if k != "CHAOS_CONTROL"}
     env.update({k: v.replace("{case}", str(case)) for k, v in program.env})
     env["CHAOS_WITNESS"] = str(case / "witness.jsonl")
-    if program.python and program.python != sys.executable:
-        from chaos.environments import probe_path
-
-        env["PYTHONPATH"] = probe_path()  # only the probe: killpoint's own packages would shadow the framework's
+    env.update(program.interpreter_env())  # a foreign interpreter imports the probe, and only the probe
     if base_url:
         env["OPENAI_BASE_URL"] = base_url
         env["OPENAI_API_KEY"] = "killpoint-scripted"  # the scripted server checks no key; SDKs insist on one
@@ -293,5 +290,4 @@ def _error(stderr: str) -> str | None:
         return None
     if not any(l.startswith("Traceback") for l in lines):
         return None
-    # The exception's own line: the last unindented one (some exceptions add indented lines after it).
-    return next((l for l in reversed(lines) if l.strip() and not l[0].isspace()), None)
+    return exception_line(lines)

@@ -230,7 +230,9 @@ class ScenarioFile(pytest.File):
             scenario = load_scenario(self.path)
         except ScenarioError as exc:
             raise self.CollectError("\n".join(exc.messages)) from None
-        if getattr(scenario, "the_target", None) is not None:
+        from chaos.target import is_probe
+
+        if is_probe(scenario):
             pytest.skip(f"{self.path.name}: a probe scenario (a Python program under chaos.probe) runs with "
                         f"`chaos campaign {self.path}`, not the pytest plugin")
         points, baseline = _kill_points(state, scenario, self.path)

@@ -106,6 +106,15 @@ class ProbeProgram:
     python: str | None = sys.executable
     requirements: tuple[str, ...] = ()  # exact pins of its environment (chaos targets prepare)
 
+    def interpreter_env(self) -> dict[str, str]:
+        """What a process of another interpreter environment needs to import the probe (and nothing else of
+        killpoint, whose packages would shadow the framework's): chaos.environments.probe_path on PYTHONPATH."""
+        if not self.python or self.python == sys.executable:
+            return {}
+        from chaos.environments import probe_path
+
+        return {"PYTHONPATH": probe_path()}
+
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "program": list(self.program), "vocabulary": list(self.vocabulary),
                 "state": list(self.state), "sqlite": list(self.sqlite),
@@ -217,12 +226,8 @@ class Target:
         return sys.executable
 
     def interpreter_env(self) -> dict[str, str]:
-        """What a process of another interpreter environment needs to import the probe (chaos.environments)."""
-        if self.interpreter() == sys.executable:
-            return {}
-        from chaos.environments import probe_path
-
-        return {"PYTHONPATH": probe_path()}
+        """What a process of another interpreter environment needs to import the probe (ProbeProgram's)."""
+        return self.probe.interpreter_env() if self.probe is not None else {}
 
     def label(self) -> str:
         """How a person names this target in one line: ``bundled``, ``bundled AGENT_BUGS=x``, ``my-agent …``."""
@@ -565,6 +570,13 @@ def python_target(data: Mapping[str, Any], base: Path, where: str, *, source: st
         python=interpreter(lists["requirements"]), requirements=tuple(lists["requirements"]))
     return Target(name=target_name, kind="python", command=(), configuration_flags=False, invariants=(),
                   source=source, launcher=launcher, preload=tuple(lists["preload"]), probe=program)
+
+
+def is_probe(scenario: Any) -> bool:
+    """Whether a loaded scenario runs a python target under the probe (a ``chaos.scenario.ProbeScenario``) rather
+    than the session agent. By attribute, so that asking never imports the scenario model (pydantic)."""
+    target = getattr(scenario, "the_target", None)
+    return isinstance(target, Target) and target.probe is not None
 
 
 def _program_digest(program: ProbeProgram) -> str:

@@ -60,6 +60,13 @@ def integrity(path: str) -> str:
     return "ok" if rows == ["ok"] else "; ".join(map(str, rows))[:500]
 
 
+def exception_line(lines: Sequence[str]) -> str | None:
+    """The exception's own line of a traceback's text: the last unindented line (some exceptions, pydantic's, add
+    indented lines after it)."""
+    filled = [line for line in lines if line.strip()]
+    return ([line for line in filled if not line[0].isspace()] or filled or [None])[-1]
+
+
 def copy_state(case: str, paths: Sequence[str], into: str) -> None:
     """Copy each declared state path (relative to ``case``) to the same relative place under ``into``; an SQLite
     file's ``-wal``/``-journal`` companions go with it (they hold committed transactions not yet in the file)."""
@@ -128,9 +135,7 @@ def read(reader: Sequence[str], case: str, out: str) -> tuple[dict | None, str |
     if code != 0:
         try:
             with open(out + ".err", encoding="utf-8", errors="replace") as f:
-                # The exception's own line: the last unindented one (pydantic adds an indented URL after it).
-                lines = [line for line in f.read().splitlines() if line.strip()]
-                tail = ([line for line in lines if not line[0].isspace()] or lines or [""])[-1]
+                tail = exception_line(f.read().splitlines()) or ""
         except OSError:
             tail = ""
         return None, f"reader exited {code}: {tail}"

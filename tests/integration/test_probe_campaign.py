@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from chaos.campaign import load_library
+from chaos.target import is_probe
 
 HERE = Path(__file__).resolve().parent
 SCENARIOS = HERE / "frameworks"
@@ -128,7 +129,7 @@ def test_unprepared_environment_is_skipped_with_the_reason(tmp_path):
 
 def test_default_sweep_leaves_probe_scenarios_out():
     """The default campaign (no path, no tag) never includes scenarios/frameworks/."""
-    assert not [e for e in load_library([]) if getattr(e.scenario, "the_target", None) is not None]
+    assert not [e for e in load_library([]) if is_probe(e.scenario)]
 
 
 def test_chaos_run_reports_the_failing_properties(tmp_path):

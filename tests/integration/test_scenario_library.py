@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from chaos.target import is_probe
+
 REPO = Path(__file__).resolve().parents[2]
 LIBRARY = REPO / "scenarios"
 
@@ -70,7 +72,7 @@ def _scenarios() -> list:
     scenarios, problems = load_scenarios([LIBRARY])
     assert problems == []
     # The bundled agent's library: the framework targets (probe scenarios) are tested in test_frameworks.py.
-    return [s for s in scenarios if getattr(s, "the_target", None) is None]
+    return [s for s in scenarios if not is_probe(s)]
 
 
 def test_every_scenario_file_validates():
