@@ -427,13 +427,7 @@ def load_target(path: str | Path) -> Target:
     scope = data.get("planner_scope", "recovery")
     if scope not in PLANNER_SCOPES:
         bad("planner_scope", f"{scope!r}: expected recovery or all")
-    invariants = data.get("invariants", list(INVARIANTS))
-    if not _strings(invariants) or not invariants:
-        bad("invariants", "must be a non-empty list of invariant names")
-        invariants = list(INVARIANTS)
-    for name in invariants:
-        if name not in INVARIANTS:
-            bad("invariants", f"unknown invariant {name!r} (known: {', '.join(INVARIANTS)})")
+    invariants = _known_names(data, "invariants", INVARIANTS, INVARIANTS, "invariant", bad)
     if data.get("effects", "witness-file") != "witness-file":
         bad("effects", "only \"witness-file\" is supported (CHAOS_WITNESS)")
     if data.get("model", "openai-chat") != "openai-chat":
@@ -538,15 +532,9 @@ def python_target(data: Mapping[str, Any], base: Path, where: str, *, source: st
             bad(key, "must be a positive integer")
             value = default
         numbers[key] = value
-    props = data.get("properties", list(PROPERTIES))
-    if not _strings(props) or not props:
-        bad("properties", "must be a non-empty list of property names")
-        props = list(PROPERTIES)
     from chaos.properties import ALL_PROPERTIES
 
-    for prop in props:
-        if prop not in ALL_PROPERTIES:
-            bad("properties", f"unknown property {prop!r} (known: {', '.join(ALL_PROPERTIES)})")
+    props = _known_names(data, "properties", PROPERTIES, ALL_PROPERTIES, "property", bad)
     needs_reader = [p for p in props if p in ("recorded-not-redone", "completes", "matches-baseline",
                                               "recovery-deterministic")]
     if needs_reader and data.get("reader") is None:
@@ -586,6 +574,19 @@ def _program_digest(program: ProbeProgram) -> str:
         if word.endswith(".py") and os.path.isfile(word):
             h.update(word.encode() + b"\0" + Path(word).read_bytes())
     return h.hexdigest()[:16]
+
+
+def _known_names(data: Mapping[str, Any], key: str, default: Sequence[str], known: Sequence[str], what: str,
+                 bad) -> list[str]:
+    """A target file's non-empty list of names from ``known`` (``default`` when absent); problems to ``bad``."""
+    names = data.get(key, list(default))
+    if not _strings(names) or not names:
+        bad(key, f"must be a non-empty list of {what} names")
+        return list(default)
+    for name in names:
+        if name not in known:
+            bad(key, f"unknown {what} {name!r} (known: {', '.join(known)})")
+    return names
 
 
 def _strings(value: Any) -> bool:
