@@ -559,3 +559,31 @@ class TestAuthoringTraps:
             for key, info in model.model_fields.items():
                 if info.is_required():
                     assert f"`{key}`" in section, (where, key)
+
+
+class TestProbeScenarioExpectedFailure:
+    """A probe scenario's expect_failure covers only the properties its finding names."""
+
+    def scenario(self):
+        return load_scenario(REPO / "tests" / "integration" / "frameworks" / "workflow-concurrent.toml")
+
+    def test_failures_of_the_named_properties_are_expected(self):
+        """Failures all among expect_properties are the expected failure."""
+        assert self.scenario().expected([{"invariant": "consume-once"}, {"invariant": "effects-bounded"}])
+
+    def test_another_property_or_a_hang_is_not_expected(self):
+        """A property the finding does not name, or a hang, is a failure like any other."""
+        sc = self.scenario()
+        assert not sc.expected([{"invariant": "consume-once"}, {"invariant": "matches-baseline"}])
+        assert not sc.expected([{"invariant": "hang"}])
+        assert not sc.expected([])
+
+    def test_expect_properties_outside_the_target_are_refused(self, tmp_path):
+        """Naming a property the target does not judge is a one-line problem."""
+        text = (REPO / "tests" / "integration" / "frameworks" / "workflow-concurrent.toml").read_text()
+        path = tmp_path / "x.toml"
+        program = str(REPO / "tests" / "agents" / "workflow.py")
+        path.write_text(text.replace('"../../agents/workflow.py"', f'"{program}"').replace(
+            'expect_properties = ["consume-once"', 'expect_properties = ["no-such-property", "consume-once"'))
+        with pytest.raises(ScenarioError, match="expect_properties.*'no-such-property' is not one of the target"):
+            load_scenario(path)
