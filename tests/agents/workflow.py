@@ -18,11 +18,17 @@ Planted defects, ``WORKFLOW_BUGS`` (comma-separated), one per property of chaos.
   restart parses it (``state-loads``);
 - ``stop-early`` — a restarted run stops after one step, exit 0 (``completes``);
 - ``random-resume`` — a restarted run carries a random value instead of the recorded one
-  (``recovery-deterministic``: two recoveries of one durable state end differently).
+  (``recovery-deterministic``: two recoveries of one durable state end differently);
+- ``no-lock`` — runs do not take the workflow's lock, so processes resuming one state at once each redo the
+  unrecorded step (``consume-once``).
+
+A run holds an exclusive lock (``flock`` on ``STATE_DIR/wf.lock``, opened with ``os.open``, which the probe does not
+announce) for its whole work: concurrent resumes take turns, and the ones that come later find the steps done.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import sqlite3
@@ -82,6 +88,9 @@ def write_status(state: Path, last: str, bugs: set[str]) -> None:
 def main(state: Path) -> int:
     bugs = {b for b in os.environ.get("WORKFLOW_BUGS", "").split(",") if b}
     state.mkdir(parents=True, exist_ok=True)
+    if "no-lock" not in bugs:
+        lock = os.open(state / "wf.lock", os.O_CREAT | os.O_RDWR, 0o644)
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released by the kernel when this process ends, killed or not
     status = state / "status.json"
     restarted = status.exists() or (state / "wf.db").exists()
     if status.exists():
