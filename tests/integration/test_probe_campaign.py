@@ -69,7 +69,7 @@ def test_folder_campaign_passes_with_its_expected_failure(folder_run):
     result = json.loads((directory / "result.json").read_text())
     assert result["cases"]["fail"] == 0 and result["cases"]["expected-failure"] == 1
     assert result["cases"]["pass"] >= 2 * 2 * 12  # two scenarios, two phases, at least twelve durable writes each
-    assert "EXPECTED FAILURE" in proc.stdout and "reason: the workflow takes no lock" in proc.stdout
+    assert "EXPECTED FAILURE" in proc.stdout and "reason: with WORKFLOW_BUGS=no-lock the workflow takes no lock" in proc.stdout
 
 
 def test_correct_program_fires_once_under_concurrent_resumes(folder_run):
