@@ -61,3 +61,60 @@ def test_sigkill_of_the_campaign_with_a_slow_tool_in_flight_leaves_nothing(tmp_p
             campaign.kill()
         for p in _mine(str(tmp_path)):
             p.kill()
+
+
+SLOW_PROGRAM = '''
+"""A probe test program: one SQLite commit, then a slow child process."""
+import os, sqlite3, subprocess, sys
+os.makedirs(sys.argv[1], exist_ok=True)
+db = sqlite3.connect(sys.argv[1] + "/x.db")
+db.execute("CREATE TABLE IF NOT EXISTS t (x)")
+db.execute("INSERT INTO t VALUES (1)")
+db.commit()
+subprocess.run(["sleep", "30"])
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["zygote", "exec"])
+def test_sigkill_of_a_probe_campaign_with_a_slow_child_leaves_nothing(tmp_path, launcher):
+    """SIGKILL of `chaos campaign` over a probe scenario (a Python program under the probe) while the program's
+    child sleeps: after 2 s no worker, zygote, runner, program or child is alive."""
+    (tmp_path / "slow.py").write_text(SLOW_PROGRAM)
+    scenario = tmp_path / "slow.toml"
+    scenario.write_text(f'''name = "slow-probe"
+description = "one commit, then a slow child"
+guarantee = "none"
+guarantee_source = "this test"
+[target]
+kind = "python"
+program = ["./slow.py", "{{case}}/state"]
+tables = ["t"]
+properties = ["state-loads", "effects-bounded"]
+launcher = "{launcher}"
+''')
+    campaign = subprocess.Popen(
+        [sys.executable, "-m", "chaos", "campaign", str(scenario), "--out", str(tmp_path / "reports"), "--name", "k",
+         "-j", "1"], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        tree: list[psutil.Process] = []
+        while time.monotonic() < deadline:
+            tree = psutil.Process(campaign.pid).children(recursive=True)
+            if any(p.name() == "sleep" for p in tree if p.is_running()):
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the program's child never started")
+        campaign.send_signal(signal.SIGKILL)
+        campaign.wait()
+        gone, alive = psutil.wait_procs(tree, timeout=2)
+        alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        assert not alive, [(p.pid, p.name(), p.cmdline()) for p in alive]
+        time.sleep(0.5)
+        assert not _mine(str(tmp_path))
+    finally:
+        if campaign.poll() is None:
+            campaign.kill()
+        for p in _mine(str(tmp_path)):
+            p.kill()
