@@ -212,7 +212,7 @@ def _run_probe_scenario(loaded, kills: tuple[str, ...], keep: bool, reports_dir:
 
     from chaos import verdict
     from chaos.case import case_slug, shared_launcher
-    from chaos.faults import FaultSyntaxError, format_schedule, parse_schedule
+    from chaos.faults import FaultSyntaxError, format_schedule, parse_schedule, probe_fault_problem
     from chaos.probecase import classify, kill_points, run_probe_case
     from chaos.supervisor import Limits
 
@@ -226,6 +226,9 @@ def _run_probe_scenario(loaded, kills: tuple[str, ...], keep: bool, reports_dir:
             _fail_usage([f"--kill {text!r}: {exc}"])
         if not parsed:
             _fail_usage([f"--kill {text!r}: empty schedule"])
+        refused = [p for p in map(probe_fault_problem, parsed) if p]
+        if refused:
+            _fail_usage([f"--kill {text!r}: {refused[0]}"])
         schedules.append(format_schedule(parsed))
     if not program.python:
         _fail_usage([f"{loaded.source}: its interpreter environment is not prepared: run `chaos targets prepare "
@@ -257,7 +260,8 @@ def _run_probe_scenario(loaded, kills: tuple[str, ...], keep: bool, reports_dir:
             out.print(f"PASS {loaded.name}::{schedule}")
             if not keep:
                 shutil.rmtree(work / name, ignore_errors=True)
-        elif status == "not-reached":
+        elif status == "not-reached":  # not a pass (as for the session agent's `chaos run`): exit 1
+            failed += 1
             out.print(f"NOT REACHED {loaded.name}::{schedule}", style="yellow")
         else:
             failed += 1
@@ -267,9 +271,13 @@ def _run_probe_scenario(loaded, kills: tuple[str, ...], keep: bool, reports_dir:
     if not keep:
         shutil.rmtree(work / "baseline", ignore_errors=True)
     if loaded.expect_failure:
-        out.print(f"expected failure: {loaded.expect_failure}"
+        # `chaos run` is the repro command: it exits 1 when the finding reproduces (a campaign counts it as expected).
+        out.print(f"expected failure: {' '.join(loaded.expect_failure.split())}"
                   + (" — it did not fail (unexpected pass)" if not failed else ""), style="yellow")
-    out.print(f"{len(todo)} case(s), {failed} failed; case directories under {work}")
+    kept = work.exists() and any(work.iterdir())
+    if not kept and work.exists():
+        work.rmdir()
+    out.print(f"{len(todo)} case(s), {failed} did not pass" + (f"; case directories under {work}" if kept else ""))
     raise SystemExit(1 if failed else 0)
 
 
@@ -396,6 +404,8 @@ def _render_campaign_report(result, directory) -> None:
 
     A report that cannot be written is one line on stderr: it must not hide the campaign's own exit status.
     """
+    from pathlib import Path
+
     from chaos.errors import ChaosError
     from chaos.report.render import render_result
 
@@ -406,7 +416,8 @@ def _render_campaign_report(result, directory) -> None:
         return
     for note in notes:
         click.echo(f"  note: {note}", err=True)
-    click.echo(f"  report: {paths['html']} (summary.json, junit.xml; repro bundles under failures/)")
+    bundles = "; repro bundles under failures/" if (Path(directory) / "failures").is_dir() else ""
+    click.echo(f"  report: {paths['html']} (summary.json, junit.xml{bundles})")
 
 
 @main.group("report")

@@ -91,7 +91,8 @@ def _build(requirements: Sequence[str], root: Path, log: Callable[[str], None], 
     if root.exists():  # an interrupted build (we hold the lock: nobody is building it now): never reused
         shutil.rmtree(root)
     t0 = time.monotonic()
-    log(f"  building {root} ({len(requirements)} pins) ...")
+    log(f"  building {root} ({len(requirements)} pinned requirement{'s' if len(requirements) != 1 else ''}; "
+        "pip prints nothing until it is done) ...")
     steps = [[sys.executable, "-m", "venv", str(root)],
              [str(root / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", "-q",
               "--no-input", *requirements]]

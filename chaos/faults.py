@@ -262,6 +262,19 @@ def format_fault(fault: Fault) -> str:
     return f"{fault.action}:{fault.point}"
 
 
+PROBE_ACTIONS = ("kill", "dresume")
+
+
+def probe_fault_problem(fault: Fault) -> str | None:
+    """Why ``fault`` cannot act on a program under the probe, or None. ``torn``/``powerloss`` cut a session file's
+    unsynced bytes at announced offsets and ``int``/``ioerror`` need the contract's abort and write-failure
+    protocol: a probe announces neither (docs/frameworks.md)."""
+    if fault.action in PROBE_ACTIONS:
+        return None
+    return (f"fault {format_fault(fault)!r}: {fault.action} does not apply to a python target (only "
+            f"{' and '.join(PROBE_ACTIONS)}: it announces no session offsets and no abort protocol)")
+
+
 def parse_schedule(text: str | Iterable[str], vocabulary: Sequence[str] = FACT_NAMES) -> tuple[Fault, ...]:
     """Parse ``FAULT+FAULT…`` (or an iterable of fault texts) into a schedule; ``""`` is the empty schedule."""
     parts = text.split("+") if isinstance(text, str) else list(text)

@@ -1203,7 +1203,7 @@ class ProbeScenario(_Model):
 
 
 def _parse_probe_scenario(data: dict, text: str, name: str) -> ProbeScenario:
-    from chaos.faults import FaultSyntaxError, parse_fault
+    from chaos.faults import FaultSyntaxError, parse_fault, probe_fault_problem
     from chaos.target import TargetError, python_target
 
     problems: list[tuple[Loc, str]] = []
@@ -1229,9 +1229,11 @@ def _parse_probe_scenario(data: dict, text: str, name: str) -> ProbeScenario:
         for i, sched in enumerate(data.get("schedules") or []):
             for j, text_ in enumerate(sched.get("faults") or [] if isinstance(sched, dict) else []):
                 try:
-                    parse_fault(text_, target.probe.vocabulary)
+                    problem = probe_fault_problem(parse_fault(text_, target.probe.vocabulary))
                 except (FaultSyntaxError, TypeError) as exc:
-                    problems.append((("schedules", i, "faults", j), str(exc)))
+                    problem = str(exc)
+                if problem:
+                    problems.append((("schedules", i, "faults", j), problem))
     if problems or lines:
         keys = _KeyLines(text)
         found = sorted({(keys.line_of(loc), _format_loc(loc), message) for loc, message in problems})

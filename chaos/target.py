@@ -39,6 +39,7 @@ Not here: running cases (``chaos.case``), the checkpoint protocol (docs/protocol
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import os
@@ -493,7 +494,9 @@ def python_target(data: Mapping[str, Any], base: Path, where: str, *, source: st
         problems.append(f"{where}: {key}: {message}")
 
     for key in sorted(set(data) - set(PYTHON_KEYS)):
-        bad(key, f"unknown key for a python target (expected some of {', '.join(PYTHON_KEYS)})")
+        close = difflib.get_close_matches(key, PYTHON_KEYS, 1)
+        hint = f" (did you mean {close[0]!r}?)" if close else f" (expected some of {', '.join(PYTHON_KEYS)})"
+        bad(key, f"unknown key for a python target{hint}")
     lists = {}
     for key in ("requirements", "state", "sqlite", "tables", "files", "points", "preload"):
         value = data.get(key, ["state"] if key == "state" else [])  # ProbeProgram's default state path

@@ -236,7 +236,7 @@ def discover_probe_baseline(ctx: Context, name: str, runs: int = 2) -> dict[str,
     target = scenario.the_target
     if not target.probe.python:
         reason = (f"its interpreter environment is not prepared: run `chaos targets prepare {scenario.source}` "
-                  f"({len(target.probe.requirements)} pinned requirements)")
+                  f"({len(target.probe.requirements)} pinned requirement{'s' if len(target.probe.requirements) != 1 else ''})")
         return {"ok": False, "skipped": reason, "problems": [reason], "transactions": [], "facts": {}}
     launcher = shared_launcher(target)
     seen = []

@@ -144,8 +144,11 @@ def read(reader: Sequence[str], case: str, out: str) -> tuple[dict | None, str |
             answer = json.loads(f.read())
     except (OSError, ValueError):
         return None, "reader did not print one JSON object"
-    if not isinstance(answer, dict) or not isinstance(answer.get("done", []), list):
-        return None, "reader must print an object with a list 'done'"
+    if (not isinstance(answer, dict) or not isinstance(answer.get("done"), list) or "result" not in answer
+            or not isinstance(answer.get("complete"), bool)):
+        # A misspelt key would otherwise read as "nothing done, not finished" and send the user to the program.
+        return None, ("reader must print one object with 'done' (a list), 'result' and 'complete' (true or false), "
+                      f"got {json.dumps(answer)[:120]}")
     return answer, None
 
 

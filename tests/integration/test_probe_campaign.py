@@ -129,12 +129,14 @@ def test_unexpected_pass_is_reported(tmp_path):
 
 
 def test_unprepared_environment_is_skipped_with_the_reason(tmp_path):
-    """A target whose pinned environment is not prepared is skipped, saying so and how to prepare it."""
+    """A target whose pinned environment is not prepared is skipped, saying so and how to prepare it, and the
+    campaign is incomplete (exit 4), never a green run of nothing."""
     path = scenario(tmp_path, "unprepared")
     text = path.read_text().replace('kind = "python"', 'kind = "python"\nrequirements = ["no-such-pkg==0.0.1"]')
     path.write_text(text)
     proc = chaos("campaign", str(path), "--out", str(tmp_path / "out"), "--name", "c")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.returncode == 4, proc.stdout + proc.stderr  # incomplete: it ran nothing it was asked to run
+    assert "INCOMPLETE" in proc.stdout and "1 target(s) skipped, their environment not prepared" in proc.stdout
     assert f"SKIPPED unprepared: its interpreter environment is not prepared: run `chaos targets prepare {path}`" in (
         proc.stdout + proc.stderr)
 
@@ -151,6 +153,29 @@ def test_chaos_run_reports_the_failing_properties(tmp_path):
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "FAIL run::point@after-sync#2" in proc.stdout
     assert "effects-bounded: effect 'b' ran 3 times" in proc.stdout
+
+
+def test_faults_a_probe_cannot_take_are_refused(tmp_path):
+    """torn, powerloss, int and ioerror need the session contract: on a probe scenario they are one line, exit 2."""
+    path = scenario(tmp_path, "torn")
+    proc = chaos("run", str(path), "--kill", "torn(1):commit@after-write#1")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "torn does not apply to a python target (only kill and dresume" in proc.stderr
+    pinned = scenario(tmp_path, "pinned", pinned='[[schedules]]\nfaults = ["int:commit@after-sync#1"]')
+    proc = chaos("validate", str(pinned))
+    assert proc.returncode == 2 and "int does not apply to a python target" in proc.stdout + proc.stderr
+
+
+def test_a_reader_with_a_misspelt_key_is_named(tmp_path):
+    """A reader whose object lacks 'complete' (say it printed 'completed') fails state-loads naming the format."""
+    reader = tmp_path / "reader.py"
+    reader.write_text('import json; print(json.dumps({"done": [], "result": None, "completed": True}))\n')
+    path = scenario(tmp_path, "reader")
+    path.write_text(path.read_text().replace(f'reader = ["{WORKFLOW}", "--read", "{{case}}/state"]',
+                                             f'reader = ["{reader}"]'))
+    proc = chaos("run", str(path), "--reports", str(tmp_path / "r"))
+    assert proc.returncode == 1
+    assert "reader must print one object with 'done' (a list), 'result' and 'complete'" in proc.stdout
 
 
 def test_schedule_outside_the_vocabulary_is_one_line(tmp_path):
