@@ -60,7 +60,9 @@ def test_framework_target(campaign, name):
         (c["id"], c["failures"][:1], c.get("detail")) for c in cases if c["status"] in ("fail", "error")]
     line = next((l for l in proc.stdout.splitlines() if l.strip().startswith(f"target {name}:")), "")
     assert "cases/s" in line, proc.stdout[-2000:]
-    if BY_NAME[name].expect_failure:
+    if BY_NAME[name].expect_failure and "timing-dependent" not in BY_NAME[name].tags:
+        # A timing-dependent finding may not show in one campaign: the campaign says UNEXPECTED PASS for a person;
+        # a deterministic one must show every time.
         assert "expected-failure" in statuses, f"{name} declares an expected failure, but every case held"
 
 
