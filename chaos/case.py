@@ -416,7 +416,7 @@ def execute_case(scenario, schedule, *, work_dir: Path, target: Target, baseline
     cid = case_id(scenario.name, faults)
     # Absolute: the agent runs with the case directory as its cwd, so a relative --workspace/--session-dir (e.g.
     # `chaos run`'s default `--reports reports`) would name a path that does not exist from there.
-    case_dir = _fresh_dir(Path(work_dir).resolve(), name or case_slug(cid if faults else f"{cid}::baseline"))
+    case_dir = fresh_dir(Path(work_dir).resolve(), name or case_slug(cid if faults else f"{cid}::baseline"))
     workspace, sessions, witness = case_dir / "workspace", case_dir / "sessions", case_dir / "witness.log"
     workspace.mkdir()
     sessions.mkdir()
@@ -502,7 +502,7 @@ def execute_case(scenario, schedule, *, work_dir: Path, target: Target, baseline
     return result, evidence, run
 
 
-def _fresh_dir(parent: Path, name: str) -> Path:
+def fresh_dir(parent: Path, name: str) -> Path:
     """A new directory ``parent/name`` (``name-2``, ``-3``… when taken): never reuse or delete another run's case."""
     for n in range(1, 10_000):
         path = parent / (name if n == 1 else f"{name}-{n}")

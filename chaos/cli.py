@@ -259,7 +259,7 @@ def _run_probe_scenario(loaded, kills: tuple[str, ...], keep: bool, reports_dir:
         if status == "pass":
             out.print(f"PASS {loaded.name}::{schedule}")
             if not keep:
-                shutil.rmtree(work / name, ignore_errors=True)
+                shutil.rmtree(Path(case.run.case_dir).parent, ignore_errors=True)
         elif status == "not-reached":  # not a pass (as for the session agent's `chaos run`): exit 1
             failed += 1
             out.print(f"NOT REACHED {loaded.name}::{schedule}", style="yellow")
@@ -269,7 +269,7 @@ def _run_probe_scenario(loaded, kills: tuple[str, ...], keep: bool, reports_dir:
             for f in failures:
                 out.print(f"  {f['invariant']}: {f['message']}")
     if not keep:
-        shutil.rmtree(work / "baseline", ignore_errors=True)
+        shutil.rmtree(Path(base.run.case_dir).parent, ignore_errors=True)
     if loaded.expect_failure:
         # `chaos run` is the repro command: it exits 1 when the finding reproduces (a campaign counts it as expected).
         out.print(f"expected failure: {' '.join(loaded.expect_failure.split())}"

@@ -34,6 +34,7 @@ from chaos import properties
 from chaos.faults import Fault, parse_schedule
 from chaos.probe.inspect import exception_line
 from chaos.process import Launcher, SubprocessLauncher
+from chaos.case import fresh_dir
 from chaos.records import CaseRun
 from chaos.supervisor import AgentCommand, Limits, Step, Supervisor
 from chaos.target import ProbeProgram, TargetError
@@ -147,8 +148,9 @@ def run_probe_case(program: ProbeProgram, schedule: str | Sequence[Fault], work_
     a scripted chat-completions model (an object with ``name`` and ``runs``, chaos.scenario.Run), served on this
     process's scripted server for the case's launches."""
     faults = parse_schedule(schedule, program.vocabulary) if isinstance(schedule, str) else tuple(schedule)
-    case = Path(work_dir).resolve() / name
-    case.mkdir(parents=True, exist_ok=True)
+    # A new directory (name-2, -3… when taken): never the state of an earlier run of the same case (a resumed
+    # campaign, a repeated `chaos run`), which the program would resume from.
+    case = fresh_dir(Path(work_dir).resolve(), name)
     for path in program.state:
         (case / path).parent.mkdir(parents=True, exist_ok=True)
     witness = case / "witness.jsonl"

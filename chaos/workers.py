@@ -90,7 +90,9 @@ class Context:
 
     def probe(self, name: str) -> bool:
         """Whether scenario ``name`` runs a Python program under the probe (chaos.scenario.ProbeScenario)."""
-        return getattr(self.scenario(name), "the_target", None) is not None
+        from chaos.target import is_probe
+
+        return is_probe(self.scenario(name))
 
     def vocabulary(self, name: str):
         """The fact names of scenario ``name``'s target (None: the session contract's)."""
@@ -250,8 +252,8 @@ def discover_probe_baseline(ctx: Context, name: str, runs: int = 2) -> dict[str,
     problems, notes = [], []
     for i, (case, _) in enumerate(seen, start=1):
         if not case.passed:
-            name_, found = next((k, v) for k, v in case.problems.items() if v)
-            problems.append(f"baseline run {i} fails {', '.join(case.failed)}: {found[0]}")
+            first_problem = next(found[0] for found in case.problems.values() if found)
+            problems.append(f"baseline run {i} fails {', '.join(case.failed)}: {first_problem}")
     results = [(c.evidence.final.get("reader") or {}).get("result") for c, _ in seen]
     if any(r != results[0] for r in results[1:]):
         problems.append(f"baseline runs disagree: their results differ ({results[0]!r} vs {results[1]!r})")
@@ -268,7 +270,8 @@ def discover_probe_baseline(ctx: Context, name: str, runs: int = 2) -> dict[str,
 
     return {
         "transactions": transactions, "facts": {"result": result}, "ok": not problems, "problems": problems,
-        "notes": notes, "environment": installed(target.probe.requirements), "durations": [round(d, 3) for _, d in seen], "failures": [],
+        "notes": notes, "environment": installed(target.probe.requirements), "failures": [],
+        "durations": [round(d, 3) for _, d in seen],
         "case_dirs": [str(c.run.case_dir and Path(c.run.case_dir).parent) for c, _ in seen],
     }
 

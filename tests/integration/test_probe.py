@@ -7,7 +7,6 @@ outside its state); each planted defect (WORKFLOW_BUGS) must make its property f
 from __future__ import annotations
 
 import signal
-import sys
 import textwrap
 from dataclasses import replace
 
@@ -159,6 +158,7 @@ def test_each_thread_has_its_own_barrier_stream(tmp_path):
     program_file = tmp_path / "threads.py"
     program_file.write_text(textwrap.dedent("""
         import os, sys, threading
+        os.makedirs(sys.argv[1], exist_ok=True)
         def work(name):
             for _ in range(5):
                 with open(os.path.join(sys.argv[1], name), "a") as f:
@@ -168,7 +168,6 @@ def test_each_thread_has_its_own_barrier_stream(tmp_path):
     """))
     program = ProbeProgram("threads", (str(program_file), "{case}/state"), vocabulary(files=("one", "two")),
                            properties=(), max_launches=1)
-    (tmp_path / "case" / "state").mkdir(parents=True)
     case = run_probe_case(program, (), tmp_path)
     assert case.run.verdict == "exit:0", case.run.detail
     assert sorted(b.facts[1] for b in case.run.barriers if b.facts[0] == "fsync" and b.phase == "after-sync") == [
