@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -54,8 +55,9 @@ def digest(requirements: Sequence[str]) -> str:
 
 
 def env_dir(requirements: Sequence[str]) -> Path:
-    first = sorted(requirements)[0].split("=")[0].split("[")[0].strip() if requirements else "python"
-    return cache_root() / "envs" / f"{first}-{digest(requirements)}"
+    """``<cache>/envs/<first pin's name>-<digest>``: the name for a person, the digest for identity."""
+    first = re.split(r"[=<>!~\[@ ;]", sorted(requirements)[0], 1)[0] if requirements else "python"
+    return cache_root() / "envs" / f"{re.sub(r'[^A-Za-z0-9._-]', '_', first) or 'env'}-{digest(requirements)}"
 
 
 def interpreter(requirements: Sequence[str]) -> str | None:
