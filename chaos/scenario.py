@@ -1202,16 +1202,26 @@ class ProbeScenario(_Model):
     fault_map = Scenario.fault_map  # the scripted server reads provider faults of the runs the same way
 
 
+def _validated(model, data: dict) -> tuple[Any, list[tuple[Loc, str]]]:
+    """``model`` validated from ``data`` (None when it does not validate) and its schema problems."""
+    try:
+        return model.model_validate(data), []
+    except ValidationError as exc:
+        return None, _schema_problems(exc, data)
+
+
+def _raise_problems(text: str, name: str, problems: list[tuple[Loc, str]], extra: list[str] = ()) -> None:
+    """``ScenarioError`` with one ``file:line: field: message`` per problem (sorted by line), then ``extra``."""
+    keys = _KeyLines(text)
+    found = sorted({(keys.line_of(loc), _format_loc(loc), message) for loc, message in problems})
+    raise ScenarioError([f"{name}:{line}: {where}: {message}" for line, where, message in found] + list(extra))
+
+
 def _parse_probe_scenario(data: dict, text: str, name: str) -> ProbeScenario:
     from chaos.faults import FaultSyntaxError, parse_fault, probe_fault_problem
     from chaos.target import TargetError, python_target
 
-    problems: list[tuple[Loc, str]] = []
-    scenario: ProbeScenario | None = None
-    try:
-        scenario = ProbeScenario.model_validate(data)
-    except ValidationError as exc:
-        problems += _schema_problems(exc, data)
+    scenario, problems = _validated(ProbeScenario, data)
     target = None
     lines: list[str] = []
     try:
@@ -1235,9 +1245,7 @@ def _parse_probe_scenario(data: dict, text: str, name: str) -> ProbeScenario:
                 if problem:
                     problems.append((("schedules", i, "faults", j), problem))
     if problems or lines:
-        keys = _KeyLines(text)
-        found = sorted({(keys.line_of(loc), _format_loc(loc), message) for loc, message in problems})
-        raise ScenarioError([f"{name}:{line}: {where}: {message}" for line, where, message in found] + lines)
+        _raise_problems(text, name, problems, lines)
     assert scenario is not None
     scenario._target = target
     return scenario
@@ -1262,17 +1270,10 @@ def parse_scenario(text: str, name: str = "<scenario>", *, tools: Mapping[str, M
             raise ScenarioError([f"{name}:1: target: a scenario's [target] table must have kind = \"python\" "
                                  "(a session-contract target is given with --target)"])
         return _parse_probe_scenario(data, text, name)  # type: ignore[return-value]
-    problems: list[tuple[Loc, str]] = []
-    scenario: Scenario | None = None
-    try:
-        scenario = Scenario.model_validate(data)
-    except ValidationError as exc:
-        problems += _schema_problems(exc, data)
+    scenario, problems = _validated(Scenario, data)
     problems += _semantic_problems(data, BUNDLED_TOOL_SCHEMAS if tools is None else tools)
     if problems:
-        keys = _KeyLines(text)
-        lines = sorted({(keys.line_of(loc), _format_loc(loc), message) for loc, message in problems})
-        raise ScenarioError([f"{name}:{line}: {where}: {message}" for line, where, message in lines])
+        _raise_problems(text, name, problems)
     assert scenario is not None
     return scenario
 
