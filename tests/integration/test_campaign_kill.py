@@ -29,16 +29,12 @@ def _mine(marker: str) -> list[psutil.Process]:
     return found
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("launcher", ["zygote", "exec"])
-def test_sigkill_of_the_campaign_with_a_slow_tool_in_flight_leaves_nothing(tmp_path, launcher):
-    """SIGKILL of `chaos campaign` while a bash tool sleeps: after 2 s no worker, zygote, agent or tool is alive,
-    and no new agent was launched."""
-    out = tmp_path / "reports"
+def _kill_while_sleeping(args: list[str], tmp_path: Path, never: str) -> None:
+    """Run `chaos campaign ARGS` in ``tmp_path``, SIGKILL it once a `sleep` runs somewhere below it, and assert that
+    after 2 s nothing it started is alive and nothing new started."""
     campaign = subprocess.Popen(
-        [sys.executable, "-m", "chaos", "campaign", str(SCENARIO), "--out", str(out), "--name", "k", "-j", "1",
-         "--launcher", launcher], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True)
+        [sys.executable, "-m", "chaos", "campaign", *args, "--out", str(tmp_path / "reports"), "--name", "k", "-j",
+         "1"], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.monotonic() + 60
         tree: list[psutil.Process] = []
@@ -48,7 +44,7 @@ def test_sigkill_of_the_campaign_with_a_slow_tool_in_flight_leaves_nothing(tmp_p
                 break
             time.sleep(0.05)
         else:
-            pytest.fail("the bash tool never started")
+            pytest.fail(never)
         campaign.send_signal(signal.SIGKILL)
         campaign.wait()
         gone, alive = psutil.wait_procs(tree, timeout=2)
@@ -61,6 +57,14 @@ def test_sigkill_of_the_campaign_with_a_slow_tool_in_flight_leaves_nothing(tmp_p
             campaign.kill()
         for p in _mine(str(tmp_path)):
             p.kill()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["zygote", "exec"])
+def test_sigkill_of_the_campaign_with_a_slow_tool_in_flight_leaves_nothing(tmp_path, launcher):
+    """SIGKILL of `chaos campaign` while a bash tool sleeps: after 2 s no worker, zygote, agent or tool is alive,
+    and no new agent was launched."""
+    _kill_while_sleeping([str(SCENARIO), "--launcher", launcher], tmp_path, "the bash tool never started")
 
 
 SLOW_PROGRAM = '''
@@ -93,28 +97,4 @@ tables = ["t"]
 properties = ["state-loads", "effects-bounded"]
 launcher = "{launcher}"
 ''')
-    campaign = subprocess.Popen(
-        [sys.executable, "-m", "chaos", "campaign", str(scenario), "--out", str(tmp_path / "reports"), "--name", "k",
-         "-j", "1"], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 60
-        tree: list[psutil.Process] = []
-        while time.monotonic() < deadline:
-            tree = psutil.Process(campaign.pid).children(recursive=True)
-            if any(p.name() == "sleep" for p in tree if p.is_running()):
-                break
-            time.sleep(0.05)
-        else:
-            pytest.fail("the program's child never started")
-        campaign.send_signal(signal.SIGKILL)
-        campaign.wait()
-        gone, alive = psutil.wait_procs(tree, timeout=2)
-        alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-        assert not alive, [(p.pid, p.name(), p.cmdline()) for p in alive]
-        time.sleep(0.5)
-        assert not _mine(str(tmp_path))
-    finally:
-        if campaign.poll() is None:
-            campaign.kill()
-        for p in _mine(str(tmp_path)):
-            p.kill()
+    _kill_while_sleeping([str(scenario)], tmp_path, "the program's child never started")
