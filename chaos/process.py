@@ -280,6 +280,28 @@ def descendants(pid: int) -> list[psutil.Process]:
     return out
 
 
+def is_runnable(pid: int) -> bool:
+    """True when some thread of ``pid`` is running or waiting for a CPU (``R``) or in uninterruptible I/O (``D``):
+    it will make progress on its own. False when every thread sleeps (a lock such as ``flock``, a socket, a timer),
+    is stopped, or the process is gone.
+
+    Read from ``/proc/PID/task/TID/stat`` (every thread: a framework may work in a pool thread while its main
+    thread waits); the state is the field after the command name's last ``)`` (a name may contain parentheses)."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:  # the thread ended while we looked
+            continue
+        if stat[stat.rfind(b")") + 2:][:1] in (b"R", b"D"):
+            return True
+    return False
+
+
 def _alive(p: psutil.Process) -> bool:
     # A zombie is dead: it holds no locks, files or memory, only a pid until its parent (possibly a PID 1 that
     # never reaps, in a container) collects it. is_running() also guards against a recycled pid (create time).

@@ -76,6 +76,7 @@ class BarrierEvent:
     at: float
     fault: str | None = None  # the fault that fired here
     answer: dict | None = None  # the line sent back; None when the process was killed instead
+    held: float = 0.0  # seconds the answer was withheld (dresume lockstep: siblings still running)
 
     def points(self) -> list[str]:
         """Every kill-point text that names this barrier (``tx:K@PHASE`` first)."""

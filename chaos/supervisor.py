@@ -6,7 +6,7 @@ behaviour becomes a *verdict* in the returned ``CaseRun``, never an exception or
 The loop, single-threaded around one selector (listening socket, one connection per agent process, one pidfd per
 process):
 
-1. Launch a *generation* (one process; two for ``dresume``) with ``CHAOS_CONTROL`` naming our Unix socket.
+1. Launch a *generation* (one process; K for ``dresume(K)``) with ``CHAOS_CONTROL`` naming our Unix socket.
 2. Each connection sends ``hello`` then barrier messages; every message is answered by one line, and the agent
    blocks until it arrives — so at a barrier the agent is paused exactly there and a SIGKILL lands precisely.
 3. At each barrier the ``Matcher`` (chaos.faults) says which fault fires: ``kill``/``torn``/``powerloss``/``dresume``
@@ -14,8 +14,13 @@ process):
    ``int`` sends SIGINT then answers continue; ``ioerror`` answers ``fail``. After-sync barriers are recorded as
    acknowledged with the transaction's bytes read from the file at that moment.
 4. When every process of the generation has ended: a fault killed one (or answered ``fail``) → the next generation
-   is ``resume`` (two at once after ``dresume``); ended blocked and an abort command is configured → ``abort``;
+   is ``resume`` (K at once after ``dresume(K)``); ended blocked and an abort command is configured → ``abort``;
    ended otherwise → the command's next step, or the end of the case.
+   Siblings of a ``dresume`` generation run in *lockstep*: each hello is held until all have said it, and a barrier's
+   answer is held while another sibling is still running toward a barrier of its own (not held, not asleep — see
+   ``chaos.process.is_runnable``; at most ``Limits.hold_seconds``). So "K processes resume one state at once" means
+   what it says on a loaded two-core machine too, instead of one sibling finishing before the others have read the
+   state; a sibling that sleeps (blocked on the program's own lock, say) never holds the others.
 5. Watchdog: per-case wall clock and per-barrier silence → ``hang``; at the end no process of any launch's session
    may survive (psutil sweep; stragglers are killed and reported).
 
@@ -43,7 +48,9 @@ import psutil
 from chaos import records
 from chaos.errors import ChaosError
 from chaos.faults import PHASES, BarrierOrderError, Fault, Matcher, format_fault, parse_schedule
-from chaos.process import AgentProcess, Launcher, SubprocessLauncher, kill_processes, session_members, proc_info
+from chaos.process import (
+    AgentProcess, Launcher, SubprocessLauncher, is_runnable, kill_processes, proc_info, session_members,
+)
 from chaos.records import Acknowledged, BarrierEvent, CaseRun, FaultRecord, Launch, Straggler
 
 PROTOCOL_VERSION = 1
@@ -51,6 +58,7 @@ SESSION = "{session}"  # placeholder in argv, replaced by the session path the f
 # AF_UNIX: sun_path is 108 bytes on Linux, including the terminating NUL.
 _SUN_PATH_MAX = 107
 _POLL = 0.01  # process-exit polling period when no pidfd is available
+_HOLD_POLL = 0.002  # how often a held dresume barrier looks again at its siblings
 
 
 class SupervisorError(ChaosError):
@@ -101,6 +109,7 @@ class Limits:
     case_seconds: float = 120.0  # wall clock for the whole case
     silence_seconds: float = 30.0  # a live process says nothing for this long after its launch or our last answer
     kill_seconds: float = 5.0  # how long psutil may take to confirm a SIGKILLed session gone
+    hold_seconds: float = 2.0  # longest a dresume sibling's barrier waits for its running siblings (0: never)
     max_line: int = 1 << 20  # a protocol line longer than this is a protocol error
 
 
@@ -112,7 +121,9 @@ class _Conn:
     launch: int | None
     buf: bytes = b""
     hello: bool = False
-    held: bool = False  # hello answer withheld (dresume: until the sibling said hello or exited)
+    held: bool = False  # answer withheld (dresume lockstep: a hello, or the barrier held_event)
+    held_since: float = 0.0
+    held_event: BarrierEvent | None = None
     tx_start: int = 0  # offset announced at the current transaction's before-write
     closed: bool = False
 
@@ -338,7 +349,7 @@ class _Case:
         # dresume: hold the first hello until its sibling has said hello too or ended, so the pair really overlaps
         # (the agent holds the session lock while it waits for this answer) instead of racing by luck.
         if len(self.generation) > 1 and any(i in self.live and not self._said_hello(i) for i in self.generation):
-            conn.held = True
+            self._hold(conn, None)
             return
         self._release_held()
         self._send(conn, {"action": "continue"})
@@ -346,11 +357,41 @@ class _Case:
     def _said_hello(self, launch: int) -> bool:
         return any(c.hello for c in self.conns.values() if c.launch == launch)
 
+    def _hold(self, conn: _Conn, event: BarrierEvent | None) -> None:
+        conn.held, conn.held_since, conn.held_event = True, time.monotonic(), event
+
     def _release_held(self) -> None:
+        now = time.monotonic()
         for c in list(self.conns.values()):
             if c.held and not c.closed:
                 c.held = False
+                if c.held_event is not None:
+                    c.held_event.held = round(now - c.held_since, 6)
+                    c.held_event.answer = {"action": "continue"}
+                    c.held_event = None
                 self._send(c, {"action": "continue"})
+
+    def _sibling_running(self, launch: int) -> bool:
+        """True when another live launch of this dresume generation is neither held nor asleep: it will reach a
+        barrier (or its end) by itself, so ``launch`` must not run ahead of it."""
+        for i in self.generation:
+            if i == launch or i not in self.live:
+                continue
+            conns = [c for c in self.conns.values() if c.launch == i and not c.closed]
+            if any(c.held for c in conns):
+                continue
+            if any(is_runnable(pid) for pid in {c.pid for c in conns} | {self.procs[i].pid}):
+                return True
+        return False
+
+    def _recheck_held(self) -> None:
+        """Release the held barriers together once no sibling is running toward one (or one waited too long)."""
+        held = [c for c in self.conns.values() if c.held and not c.closed and c.held_event is not None]
+        if not held:
+            return
+        limit = time.monotonic() - self.limits.hold_seconds
+        if any(c.held_since <= limit for c in held) or not any(self._sibling_running(c.launch) for c in held):
+            self._release_held()
 
     def _on_checkpoint(self, conn: _Conn, cp: dict) -> None:
         phase, facts = cp.get("phase"), cp.get("facts")
@@ -409,6 +450,10 @@ class _Case:
                 )
             )
         if fault is None:
+            if len(self.generation) > 1 and self.limits.hold_seconds > 0 and self._sibling_running(conn.launch):
+                self._hold(conn, event)  # dresume lockstep: a sibling has not caught up yet (module docstring)
+                return
+            self._release_held()  # every sibling is at a barrier, asleep or ended: all go on together
             event.answer = {"action": "continue"}
             self._send(conn, event.answer)
             return
@@ -534,6 +579,8 @@ class _Case:
         timeout = max(0.0, min(deadlines) - now)
         if any(self.procs[i].exit_fd() is None for i in self.live):
             timeout = min(timeout, _POLL)
+        if any(c.held_event is not None for c in self.conns.values()):
+            timeout = min(timeout, _HOLD_POLL)
         for key, _ in self.sel.select(timeout):
             kind, ident = key.data
             if kind == "listen":
@@ -544,6 +591,7 @@ class _Case:
             rc = self.procs[index].poll()
             if rc is not None:
                 self._on_exit(index, rc)
+        self._recheck_held()
         self._watchdog()
 
     def _watchdog(self) -> None:

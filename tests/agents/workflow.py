@@ -22,6 +22,11 @@ Planted defects, ``WORKFLOW_BUGS`` (comma-separated), one per property of chaos.
 - ``no-lock`` — runs do not take the workflow's lock, so processes resuming one state at once each redo the
   unrecorded step (``consume-once``).
 
+``WORKFLOW_LATE_SIBLINGS=SECONDS`` (a timing condition, not a defect): a restarted run that is not the first restarted
+run to start (an ``O_EXCL`` marker beside ``$CHAOS_WITNESS``) spins the CPU this long before it reads the state — a
+concurrent resume that is slow to be scheduled, made certain. Without the supervisor's dresume lockstep the first
+resume would finish alone and ``no-lock`` would go unseen.
+
 A run holds an exclusive lock (``flock`` on ``STATE_DIR/wf.lock``, opened with ``os.open``, which the probe does not
 announce) for its whole work: concurrent resumes take turns, and the ones that come later find the steps done.
 """
@@ -33,6 +38,7 @@ import json
 import os
 import sqlite3
 import sys
+import time
 from pathlib import Path
 
 try:
@@ -93,6 +99,14 @@ def main(state: Path) -> int:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released by the kernel when this process ends, killed or not
     status = state / "status.json"
     restarted = status.exists() or (state / "wf.db").exists()
+    late = float(os.environ.get("WORKFLOW_LATE_SIBLINGS", "0"))
+    if restarted and late:
+        try:
+            os.close(os.open(os.environ["CHAOS_WITNESS"] + ".first", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:  # a sibling started first: be the slow one (runnable all along, never asleep)
+            end = time.monotonic() + late
+            while time.monotonic() < end:
+                pass
     if status.exists():
         json.loads(status.read_text())  # a torn status file makes a restart fail here
     conn = open_db(state)

@@ -15,6 +15,7 @@ import pytest
 from chaos.probe import vocabulary
 from chaos.probecase import ProbeProgram, kill_points, run_probe_baseline, run_probe_case
 from chaos.properties import PROPERTIES
+from chaos.supervisor import Limits
 from chaos.zygote import ZygoteLauncher
 from tests.agents import HERE
 
@@ -87,6 +88,29 @@ def test_planted_defect_fails_its_property(tmp_path, baseline, bug, point, prop,
     assert case.run.faults and case.run.faults[0].signal == "SIGKILL"
     assert prop in case.failed, case.problems
     assert any(says in problem for problem in case.problems[prop]), case.problems[prop]
+
+
+LATE_SIBLINGS = (("WORKFLOW_BUGS", "no-lock"), ("WORKFLOW_LATE_SIBLINGS", "1.5"))
+
+
+def test_concurrent_resumes_run_in_lockstep(tmp_path, baseline):
+    """After dresume(3) the supervisor holds the first resume at its barrier while the two others still run (they
+    spin 1.5 s before reading the state): all three read it before any records the step, so the lock-free
+    workflow's triple effect shows every time, however the machine schedules them."""
+    program = replace(PROGRAM, env=LATE_SIBLINGS, properties=(*PROPERTIES, "consume-once"))
+    case = run_probe_case(program, "dresume(3):point@after-sync#2", tmp_path, baseline=baseline)
+    assert [l.role for l in case.run.launches] == ["step", "dresume", "dresume", "dresume"]
+    assert any("'b' ran 3 times in 3 concurrent resumes" in p for p in case.problems["consume-once"]), case.problems
+    assert max(b.held for b in case.run.barriers) >= 1.0  # the first resume waited out its siblings' spin
+
+
+def test_without_lockstep_a_late_sibling_hides_the_race(tmp_path, baseline):
+    """The lockstep switched off (Limits.hold_seconds = 0), the first resume finishes while its siblings spin and
+    the same lock-free workflow passes consume-once: the hold is what makes the check see the race."""
+    program = replace(PROGRAM, env=LATE_SIBLINGS, properties=(*PROPERTIES, "consume-once"))
+    case = run_probe_case(program, "dresume(3):point@after-sync#2", tmp_path, baseline=baseline,
+                          limits=Limits(case_seconds=60, silence_seconds=20, hold_seconds=0))
+    assert case.problems["consume-once"] == [] and all(b.held == 0 for b in case.run.barriers)
 
 
 def test_zygote_forks_every_launch_restarts_included(tmp_path, baseline):
