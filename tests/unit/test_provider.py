@@ -104,6 +104,17 @@ class TestRequest:
         assert (first.message["content"], second.message["content"]) == ("one", "two")
         assert len(stub.requests) == 2
 
+    def test_first_request_to_an_ascii_host_skips_the_idna_codec(self):
+        """A fresh process's first request to 127.0.0.1 succeeds without importing encodings.idna (its first use
+        costs ~3 ms per launch: the host is passed to getaddrinfo as bytes)."""
+        code = ("import sys; from agent.provider import ChatClient, Completion; "
+                f"r = ChatClient(sys.argv[1], 'k').chat({BODY!r}); "
+                "print(type(r).__name__, 'encodings.idna' in sys.modules)")
+        with OpenAIStub([completion("x")]) as stub:
+            proc = subprocess.run([sys.executable, "-c", code, stub.base_url], capture_output=True, text=True,
+                                  timeout=30)
+        assert proc.stdout.split() == ["Completion", "False"], proc.stdout + proc.stderr
+
 
 class TestFinishReasonMapping:
     @pytest.mark.parametrize(
