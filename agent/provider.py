@@ -425,7 +425,8 @@ class ChatClient:
                 # stringprep and unicodedata: ~3 ms on a launch's first request (measured), for nothing when the
                 # host is ASCII (127.0.0.1, localhost). As bytes it skips the codec; http.client uses a socket
                 # already set on the connection as it would its own.
-                conn.sock = socket.create_connection((self._host.encode("ascii"), self._port), self.timeout)
+                # conn.port, not self._port: http.client fills in the default (80) for a URL without a port.
+                conn.sock = socket.create_connection((self._host.encode("ascii"), conn.port), self.timeout)
             else:
                 conn.connect()
             sock = self._sock = conn.sock

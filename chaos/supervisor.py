@@ -16,11 +16,13 @@ process):
 4. When every process of the generation has ended: a fault killed one (or answered ``fail``) → the next generation
    is ``resume`` (K at once after ``dresume(K)``); ended blocked and an abort command is configured → ``abort``;
    ended otherwise → the command's next step, or the end of the case.
-   Siblings of a ``dresume`` generation run in *lockstep*: each hello is held until all have said it, and a barrier's
-   answer is held while another sibling is still running toward a barrier of its own (not held, not asleep — see
-   ``chaos.process.is_runnable``; at most ``Limits.hold_seconds``). So "K processes resume one state at once" means
-   what it says on a loaded two-core machine too, instead of one sibling finishing before the others have read the
-   state; a sibling that sleeps (blocked on the program's own lock, say) never holds the others.
+   Siblings of a ``dresume`` generation run in *lockstep*, as far as the OS lets us see: each hello is held until
+   all have said it, and every barrier's answer is held, then decided once per loop turn (after every ready message
+   was read): released together when no sibling is still on its way to a barrier — each is held, has a message we
+   have not read yet, has ended, or is asleep with all its processes (``chaos.process.is_runnable``: blocked on the
+   program's own lock, say) — or after ``Limits.hold_seconds``. So "K processes resume one state at once" holds on a
+   loaded two-core machine too, instead of one sibling finishing before the others were scheduled. Best effort by
+   design: a sibling asleep for another reason (a model request, a timer) lets the others go on.
 5. Watchdog: per-case wall clock and per-barrier silence → ``hang``; at the end no process of any launch's session
    may survive (psutil sweep; stragglers are killed and reported).
 
@@ -49,7 +51,7 @@ from chaos import records
 from chaos.errors import ChaosError
 from chaos.faults import PHASES, BarrierOrderError, Fault, Matcher, format_fault, parse_schedule
 from chaos.process import (
-    AgentProcess, Launcher, SubprocessLauncher, is_runnable, kill_processes, proc_info, session_members,
+    AgentProcess, Launcher, SubprocessLauncher, descendants, is_runnable, kill_processes, proc_info, session_members,
 )
 from chaos.records import Acknowledged, BarrierEvent, CaseRun, FaultRecord, Launch, Straggler
 
@@ -270,6 +272,7 @@ class _Case:
                 )
 
     def _close(self, conn: _Conn) -> None:
+        conn.held, conn.held_event = False, None  # nothing can be answered any more (nor waited for)
         if not conn.closed:
             conn.closed = True
             self.sel.unregister(conn.sock)
@@ -351,7 +354,7 @@ class _Case:
         if len(self.generation) > 1 and any(i in self.live and not self._said_hello(i) for i in self.generation):
             self._hold(conn, None)
             return
-        self._release_held()
+        self._release_held(barriers=False)
         self._send(conn, {"action": "continue"})
 
     def _said_hello(self, launch: int) -> bool:
@@ -360,10 +363,11 @@ class _Case:
     def _hold(self, conn: _Conn, event: BarrierEvent | None) -> None:
         conn.held, conn.held_since, conn.held_event = True, time.monotonic(), event
 
-    def _release_held(self) -> None:
+    def _release_held(self, *, barriers: bool) -> None:
+        """Answer the held hellos (and, with ``barriers``, the held barriers too) with continue."""
         now = time.monotonic()
         for c in list(self.conns.values()):
-            if c.held and not c.closed:
+            if c.held and not c.closed and (barriers or c.held_event is None):
                 c.held = False
                 if c.held_event is not None:
                     c.held_event.held = round(now - c.held_since, 6)
@@ -372,15 +376,22 @@ class _Case:
                 self._send(c, {"action": "continue"})
 
     def _sibling_running(self, launch: int) -> bool:
-        """True when another live launch of this dresume generation is neither held nor asleep: it will reach a
-        barrier (or its end) by itself, so ``launch`` must not run ahead of it."""
+        """True when another live launch of this dresume generation is on its way to a barrier: it has a message we
+        have not read yet, or one of its processes (the connected ones, the launched one and their descendants,
+        e.g. a tool's subprocess) is runnable. ``launch`` must not run ahead of it."""
         for i in self.generation:
             if i == launch or i not in self.live:
                 continue
             conns = [c for c in self.conns.values() if c.launch == i and not c.closed]
             if any(c.held for c in conns):
                 continue
-            if any(is_runnable(pid) for pid in {c.pid for c in conns} | {self.procs[i].pid}):
+            # A sibling blocked in recv on our socket has sent a message we have not read: it is at a barrier, and
+            # will be held at the next turn; until then it must count as on its way, or this one would run ahead.
+            if any(b"\n" in c.buf or _readable(c.sock) for c in conns):
+                return True
+            pids = {c.pid for c in conns} | {self.procs[i].pid}
+            pids |= {p.pid for pid in list(pids) for p in descendants(pid)}
+            if any(is_runnable(pid) for pid in pids):
                 return True
         return False
 
@@ -391,7 +402,7 @@ class _Case:
             return
         limit = time.monotonic() - self.limits.hold_seconds
         if any(c.held_since <= limit for c in held) or not any(self._sibling_running(c.launch) for c in held):
-            self._release_held()
+            self._release_held(barriers=True)
 
     def _on_checkpoint(self, conn: _Conn, cp: dict) -> None:
         phase, facts = cp.get("phase"), cp.get("facts")
@@ -450,10 +461,11 @@ class _Case:
                 )
             )
         if fault is None:
-            if len(self.generation) > 1 and self.limits.hold_seconds > 0 and self._sibling_running(conn.launch):
-                self._hold(conn, event)  # dresume lockstep: a sibling has not caught up yet (module docstring)
+            if len(self.generation) > 1 and self.limits.hold_seconds > 0:
+                # dresume lockstep (module docstring): decided by _recheck_held at the end of this loop turn, once
+                # every message that is already here has been read, so siblings that arrive together go together.
+                self._hold(conn, event)
                 return
-            self._release_held()  # every sibling is at a barrier, asleep or ended: all go on together
             event.answer = {"action": "continue"}
             self._send(conn, event.answer)
             return
@@ -579,7 +591,7 @@ class _Case:
         timeout = max(0.0, min(deadlines) - now)
         if any(self.procs[i].exit_fd() is None for i in self.live):
             timeout = min(timeout, _POLL)
-        if any(c.held_event is not None for c in self.conns.values()):
+        if any(c.held_event is not None and not c.closed for c in self.conns.values()):
             timeout = min(timeout, _HOLD_POLL)
         for key, _ in self.sel.select(timeout):
             kind, ident = key.data
@@ -617,7 +629,9 @@ class _Case:
         if proc.exit_fd() is not None:
             self.sel.unregister(proc.exit_fd())
         proc.close()
-        self._release_held()  # a dresume sibling that exited (refused) no longer holds its partner
+        # A dresume sibling that exited (refused) no longer holds its partners' hellos; held barriers are decided
+        # by _recheck_held at the end of this turn.
+        self._release_held(barriers=False)
         if launch.killed_by is None:
             self._sweep(proc.session_id, index, "after-exit", grace=0.2)
             if rc < 0:
@@ -731,6 +745,17 @@ class _Case:
             pass
         if self._tmp_sock_dir:
             shutil.rmtree(self._tmp_sock_dir, ignore_errors=True)
+
+
+def _readable(sock: socket.socket) -> bool:
+    """True when ``sock`` has bytes (or its end) waiting to be read; never blocks."""
+    try:
+        sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)  # a byte, or b"" for the peer's end: both are news
+        return True
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:  # reset: there is an end to read
+        return True
 
 
 def _is_int(v: object) -> bool:

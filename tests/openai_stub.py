@@ -102,19 +102,19 @@ Script = list | Callable[[Request], "Reply | dict"]
 class OpenAIStub:
     """The server; a context manager that starts it on enter and stops it (and its delays) on exit."""
 
-    def __init__(self, script: Script = ()):
+    def __init__(self, script: Script = (), port: int = 0):
         self._script = script if callable(script) else list(script)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.requests: list[Request] = []
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), _Handler)  # 0: an ephemeral port
         self._server.daemon_threads = True
         self._server.stub = self  # type: ignore[attr-defined]
         self._thread: threading.Thread | None = None
 
     @property
     def port(self) -> int:
-        """The ephemeral port the server listens on."""
+        """The port the server listens on (ephemeral unless one was asked for)."""
         return self._server.server_address[1]
 
     @property

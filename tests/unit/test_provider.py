@@ -104,6 +104,16 @@ class TestRequest:
         assert (first.message["content"], second.message["content"]) == ("one", "two")
         assert len(stub.requests) == 2
 
+    def test_url_without_a_port_uses_port_80(self):
+        """http://127.0.0.1/v1 (no port) is asked on port 80, http's default, like http.client would."""
+        try:
+            stub = OpenAIStub([completion("x")], port=80)
+        except OSError as e:  # a privileged port: not every machine lets the tests listen on it
+            pytest.skip(f"cannot listen on 127.0.0.1:80 here: {e.strerror}")
+        with stub:
+            outcome = ChatClient("http://127.0.0.1/v1", "k").chat(BODY)
+        assert isinstance(outcome, Completion) and outcome.message["content"] == "x", outcome
+
     def test_first_request_to_an_ascii_host_skips_the_idna_codec(self):
         """A fresh process's first request to 127.0.0.1 succeeds without importing encodings.idna (its first use
         costs ~3 ms per launch: the host is passed to getaddrinfo as bytes)."""
