@@ -593,10 +593,11 @@ def well_formed_problems(state: State) -> list[str]:
     return problems
 
 
-def normalize_log(data: bytes) -> list[list[dict]]:
+def normalize_log(data: bytes | LogView) -> list[list[dict]]:
     """The log's transactions with usage facts, seq, timestamps and the header dropped and every UUID renamed by
     first appearance (``id1``, ``id2``…), so two logs of the same work compare equal exactly when they have the
-    same facts in the same transactions with ids consistently renamed."""
+    same facts in the same transactions with ids consistently renamed. Given a ``LogView`` (e.g. ``Evidence.final``)
+    it reuses that parse and reduction instead of reducing the bytes once more (~1 ms a case)."""
     names: dict[str, str] = {}
 
     def rename(value: Any) -> Any:
@@ -611,7 +612,7 @@ def normalize_log(data: bytes) -> list[list[dict]]:
         return value
 
     out = []
-    for line in LogView(data).lines:
+    for line in (data if isinstance(data, LogView) else LogView(data)).lines:
         facts = [rename({k: v for k, v in f.items() if k not in ("seq", "timestamp")})
                  for f in line.facts if f.get("kind") != "usage"]
         if facts:
@@ -1555,7 +1556,7 @@ def _differential(ev: Evidence, reduction: Mapping | None, checked: list[str]) -
     elif ev.kills:
         checked.append("differential not applicable: the state at the last kill does not reduce")
         return []
-    mine = normalize_log(ev.final_log)
+    mine = normalize_log(ev.final)
     base = ev.baseline.normalized
     checked.append(f"differential: {len(mine)} transaction(s) against the baseline's {len(base)}")
     if mine == base:
@@ -1594,5 +1595,5 @@ def baseline_facts(ev: Evidence, results: Sequence[InvariantResult]) -> Baseline
             entry = state.entries[call["results"][0]]
             if entry.get("_name") == "toolResult":
                 real[call["id"]] = entry.get("message", {}).get("content")
-    return BaselineFacts(normalize_log(ev.final_log), dict(witness_counts(ev.witness)), real,
+    return BaselineFacts(normalize_log(ev.final), dict(witness_counts(ev.witness)), real,
                          all(r.ok for r in results))

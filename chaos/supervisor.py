@@ -188,6 +188,11 @@ class _Case:
         self.step_launch: int | None = None  # the step's latest own launch ("step" or "again")
         self._tmp_sock_dir: str | None = None
         self._next_conn = 0
+        # Launches whose session was seen empty after their leader ended. It stays empty for good: a process's
+        # session is inherited from its parent at fork and setsid only ever makes a new one, so no process can
+        # enter an existing session (and a SIGKILLed leader forks no more). The end-of-case sweep need not scan
+        # /proc for them again. (Launch indices, not session ids: a freed id may be a later launch's.)
+        self.emptied: set[int] = set()
 
     # ---- the case ------------------------------------------------------------------------------------------------
 
@@ -503,6 +508,8 @@ class _Case:
     def _kill_at(self, conn: _Conn, event: BarrierEvent, fault: Fault) -> None:
         launch = self.run_rec.launches[conn.launch]
         report = self.procs[conn.launch].kill_session(self.limits.kill_seconds)
+        if not report.survivors:
+            self.emptied.add(conn.launch)
         launch.killed_by = "fault"
         self._close(conn)
         rec = self._record_fault(
@@ -633,32 +640,35 @@ class _Case:
         # by _recheck_held at the end of this turn.
         self._release_held(barriers=False)
         if launch.killed_by is None:
-            self._sweep(proc.session_id, index, "after-exit", grace=0.2)
+            if self._sweep(proc.session_id, index, "after-exit", grace=0.2):
+                self.emptied.add(index)
             if rc < 0:
                 name = signal.Signals(-rc).name if -rc in signal.valid_signals() else str(-rc)
                 self._verdict(
                     records.CRASH, f"launch {index} ({launch.role}) died by {name}, not sent by the supervisor"
                 )
 
-    def _sweep(self, session_id: int, launch: int | None, found: str, grace: float = 0.0) -> None:
-        """Kill and record processes left in a session whose leader has ended (and been reaped)."""
+    def _sweep(self, session_id: int, launch: int | None, found: str, grace: float = 0.0) -> bool:
+        """Kill and record processes left in a session whose leader has ended (and been reaped); True when the
+        session is empty afterwards."""
         if psutil.pid_exists(session_id):
             # Linux frees a pid number only when no process uses it as pid, pgid or sid: while any member of our
             # session lives, the number cannot be reused. A live process with that pid (our leader is reaped)
             # therefore means our session is empty and the number now belongs to someone else: leave it alone.
-            return
+            return True
         deadline = time.monotonic() + grace
         while session_members(session_id) and time.monotonic() < deadline:
             time.sleep(0.01)  # e.g. a tool group the agent just SIGKILLed is still being torn down
         left = session_members(session_id)
         if not left:
-            return
+            return True
         infos = {p.pid: proc_info(p.pid) for p in left}
-        kill_processes(lambda: session_members(session_id), self.limits.kill_seconds)
+        emptied = not kill_processes(lambda: session_members(session_id), self.limits.kill_seconds).survivors
         for info in infos.values():
             self.run_rec.stragglers.append(
                 Straggler(info.pid, info.name, list(info.cmdline), session_id, launch, found)
             )
+        return emptied
 
     # ---- what next -----------------------------------------------------------------------------------------------
 
@@ -732,8 +742,9 @@ class _Case:
                 self.sel.unregister(self.procs[index].exit_fd())
             self.procs[index].close()
         self.live.clear()
-        for proc in self.procs.values():  # no process of the case outlives the case
-            self._sweep(proc.session_id, None, "end")
+        for index, proc in self.procs.items():  # no process of the case outlives the case
+            if index not in self.emptied:  # a session seen empty stays empty (see __init__)
+                self._sweep(proc.session_id, None, "end")
         for conn in list(self.conns.values()):
             self._close(conn)
         self.sel.unregister(self.listener)

@@ -494,7 +494,7 @@ def launcher_check_job(ctx: Context, case_id: str, origin: str, index: int) -> d
     for launcher in ("zygote", "exec"):
         outcome = execute(ctx, spec, name=f"{launcher}-{spec.index}", keep="none",
                           target=dataclasses.replace(ctx.target, launcher=launcher))
-        final = outcome.evidence.final_log if outcome.evidence is not None else b""
+        final = outcome.evidence.final if outcome.evidence is not None else b""
         seen[launcher] = {
             "status": str(outcome.status), "invariants": outcome.invariants, "verdict": outcome.result.verdict,
             "transcript": _comparable(oracle.normalize_log(final)), "rules": restart_rules(outcome.evidence),
