@@ -20,6 +20,7 @@ Not here: what a target is (``chaos.target``), running it (``chaos.probecase``).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -126,14 +127,22 @@ def installed(requirements: Sequence[str]) -> list[str]:
         return []
 
 
-def probe_path() -> str:
-    """A directory holding only the probe's modules (``chaos.probe``, ``chaos.zygote``), for ``PYTHONPATH`` of a
-    foreign interpreter; rebuilt when their source changes."""
+@functools.cache
+def _probe_digest() -> str:
+    """The digest of the probe's source files: read once per process (every probe case asks for the path, and
+    the sources a running harness imported do not change under it)."""
     here = Path(__file__).resolve().parent
     h = hashlib.sha256()
     for rel in PROBE_FILES:
         h.update(rel.encode() + b"\0" + (here / rel).read_bytes())
-    root = cache_root() / "probe" / h.hexdigest()[:12]
+    return h.hexdigest()[:12]
+
+
+def probe_path() -> str:
+    """A directory holding only the probe's modules (``chaos.probe``, ``chaos.zygote``), for ``PYTHONPATH`` of a
+    foreign interpreter; rebuilt when their source changes."""
+    here = Path(__file__).resolve().parent
+    root = cache_root() / "probe" / _probe_digest()
     if (root / "chaos" / "zygote.py").is_file():
         return str(root)
     tmp = root.with_name(root.name + f".tmp{os.getpid()}")

@@ -110,7 +110,8 @@ def command(program: ProbeProgram, case: Path, env: Mapping[str, str]) -> AgentC
     """The supervisor's command: the runner with the probe, and for restarts the inspection in front of it."""
     runner = _runner(program, case)
     argv = ["--", *_fill(program.program, case)]
-    resume = (*runner, *_inspect_args(program, case, case / "inspections"), *argv)
+    keep = ["--keep"] if "recovery-deterministic" in program.properties else []  # recover_again starts from it
+    resume = (*runner, *_inspect_args(program, case, case / "inspections"), *keep, *argv)
     return AgentCommand(steps=(Step((*runner, *argv)),), resume=resume, env=dict(env), cwd=case,
                         settled_exits=frozenset({0}), blocked_exit=None)
 
@@ -133,8 +134,9 @@ def inspect_final(program: ProbeProgram, case: Path, env: Mapping[str, str], lau
         proc.close()
     record = into / f"{proc.pid}.json"
     if code != 0 or not record.exists():
-        tail = (case / f"{name}.err").read_text(errors="replace").strip().splitlines()[-1:] or [""]
-        return {"integrity": {}, "reader": None, "reader_error": f"the inspection exited {code}: {tail[0]}"}
+        err = case / f"{name}.err"
+        tail = (exception_line(err.read_text(errors="replace").splitlines()) if err.exists() else None) or ""
+        return {"integrity": {}, "reader": None, "reader_error": f"the inspection exited {code}: {tail}"}
     return json.loads(record.read_text(encoding="utf-8"))
 
 
@@ -216,10 +218,10 @@ def recover_again(program: ProbeProgram, case: Path, run: CaseRun, base_url: str
     return (record.get("reader") or {}).get("result")
 
 
-def run_probe_baseline(program: ProbeProgram, work_dir: Path | str, **kwargs: Any) -> Any:
+def run_probe_baseline(program: ProbeProgram, work_dir: Path | str) -> Any:
     """The crash-free run's final result (the reader's ``result``); ``ValueError`` when the crash-free run itself
-    does not hold every property (a baseline that fails is no reference). ``kwargs``: as for ``run_probe_case``."""
-    base = run_probe_case(program, (), work_dir, name=kwargs.pop("name", "baseline"), **kwargs)
+    does not hold every property (a baseline that fails is no reference)."""
+    base = run_probe_case(program, (), work_dir, name="baseline")
     if not base.passed:
         raise ValueError(f"{program.name}: the crash-free run fails {', '.join(base.failed)}: {base.problems}")
     return (base.evidence.final.get("reader") or {}).get("result")

@@ -380,22 +380,22 @@ class _Case:
                     c.held_event = None
                 self._send(c, {"action": "continue"})
 
-    def _sibling_running(self, launch: int) -> bool:
-        """True when another live launch of this dresume generation is on its way to a barrier: it has a message we
-        have not read yet, or one of its processes (the connected ones, the launched one and their descendants,
-        e.g. a tool's subprocess) is runnable. ``launch`` must not run ahead of it."""
+    def _sibling_running(self) -> bool:
+        """True when a live launch of this dresume generation that is not held is on its way to a barrier: it has
+        a message we have not read yet, or one of its processes (the launched one and its descendants, e.g. a tool's
+        subprocess, and any connected one) is runnable. The held ones must not run ahead of it."""
         for i in self.generation:
-            if i == launch or i not in self.live:
+            if i not in self.live:
                 continue
             conns = [c for c in self.conns.values() if c.launch == i and not c.closed]
             if any(c.held for c in conns):
                 continue
             # A sibling blocked in recv on our socket has sent a message we have not read: it is at a barrier, and
-            # will be held at the next turn; until then it must count as on its way, or this one would run ahead.
+            # will be held at the next turn; until then it must count as on its way, or the held would run ahead.
             if any(b"\n" in c.buf or _readable(c.sock) for c in conns):
                 return True
-            pids = {c.pid for c in conns} | {self.procs[i].pid}
-            pids |= {p.pid for pid in list(pids) for p in descendants(pid)}
+            leader = self.procs[i].pid
+            pids = {leader, *(c.pid for c in conns), *(p.pid for p in descendants(leader))}
             if any(is_runnable(pid) for pid in pids):
                 return True
         return False
@@ -406,7 +406,7 @@ class _Case:
         if not held:
             return
         limit = time.monotonic() - self.limits.hold_seconds
-        if any(c.held_since <= limit for c in held) or not any(self._sibling_running(c.launch) for c in held):
+        if any(c.held_since <= limit for c in held) or not self._sibling_running():
             self._release_held(barriers=True)
 
     def _on_checkpoint(self, conn: _Conn, cp: dict) -> None:

@@ -80,6 +80,7 @@ class Context:
         self.work = Path(config.work)
         self._scenarios: dict[str, Any] = {}
         self._variants: dict[tuple[str, tuple[str, ...]], tuple[Any, Any]] = {}
+        self._facts: dict[str, dict[str, Any]] = {}
 
     def scenario(self, name: str):
         if name not in self._scenarios:
@@ -98,18 +99,22 @@ class Context:
         """The fact names of scenario ``name``'s target (None: the session contract's)."""
         return self.scenario(name).the_target.probe.vocabulary if self.probe(name) else None
 
+    def cached_facts(self, name: str) -> dict[str, Any]:
+        """The ``facts`` discovery cached for scenario ``name`` before any case (read once per process)."""
+        if name not in self._facts:
+            path = Path(self.config.cache) / f"{self.config.cache_keys[name]}.json"
+            self._facts[name] = json.loads(path.read_text(encoding="utf-8"))["facts"]
+        return self._facts[name]
+
     def probe_baseline(self, name: str):
-        """The crash-free result of probe scenario ``name`` (written by discovery before any case)."""
-        path = Path(self.config.cache) / f"{self.config.cache_keys[name]}.json"
-        return json.loads(path.read_text(encoding="utf-8"))["facts"]["result"]
+        """The crash-free result of probe scenario ``name``."""
+        return self.cached_facts(name)["result"]
 
     def baseline_facts(self, name: str):
-        """The cached crash-free baseline facts of scenario ``name`` (written by discovery before any case)."""
+        """The crash-free baseline facts of contract scenario ``name``."""
         from chaos import oracle
 
-        path = Path(self.config.cache) / f"{self.config.cache_keys[name]}.json"
-        value = json.loads(path.read_text(encoding="utf-8"))
-        return oracle.BaselineFacts.from_json(value["facts"])
+        return oracle.BaselineFacts.from_json(self.cached_facts(name))
 
     def variant(self, name: str, llm: Sequence[Any]):
         """(scenario, baseline facts) for ``name`` with provider faults ``llm`` injected (memoized per process)."""

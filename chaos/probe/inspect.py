@@ -7,8 +7,9 @@ what it reads is the durable state the kill left. The final state of a case is i
 with ``--only`` (inspect, do not run the program).
 
 It reads a **copy**: the declared state paths (``--copy``, relative to the case directory) are copied to
-``DIR/<pid>.case/`` at the same relative places (kept untouched: a second recovery starts from it), and again to
-``DIR/<pid>.case.read/``, where the integrity checks and the reader run. Why: opening
+``DIR/<pid>.case.read/`` at the same relative places, where the integrity checks and the reader run; with ``--keep``
+they are first copied to ``DIR/<pid>.case/``, kept untouched (a second recovery starts from it: the target's
+``recovery-deterministic``), and ``.case.read`` is made from that copy. Why: opening
 an SQLite file in WAL mode read-write may checkpoint the WAL into the main file and a framework's reader may write
 (migrations, a lock table); the program that restarts must find the bytes the kill left, not what the inspection
 made of them. Nothing else runs while the copy is made (the restart has not started its program yet), so the copy of
@@ -32,6 +33,7 @@ from __future__ import annotations
 import json
 import os
 import runpy
+import select
 import shutil
 import signal
 import sqlite3
@@ -122,15 +124,27 @@ def read(reader: Sequence[str], case: str, out: str) -> tuple[dict | None, str |
             finally:
                 os._exit(code)  # not atexit, not the parent's buffers: this process only read
     deadline = time.monotonic() + READER_SECONDS
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            return None, f"reader did not finish within {READER_SECONDS:.0f} s"
-        time.sleep(0.005)
+    try:  # a pidfd becomes readable when the child exits: no polling latency (Linux >= 5.3)
+        exited: int | None = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        exited = None
+    try:
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            left = deadline - time.monotonic()
+            if left < 0:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                return None, f"reader did not finish within {READER_SECONDS:.0f} s"
+            if exited is not None:
+                select.select([exited], [], [], left)
+            else:
+                time.sleep(0.005)
+    finally:
+        if exited is not None:
+            os.close(exited)
     code = os.waitstatus_to_exitcode(status)
     if code != 0:
         try:
@@ -153,15 +167,19 @@ def read(reader: Sequence[str], case: str, out: str) -> tuple[dict | None, str |
 
 
 def inspect_state(case: str, copy: Sequence[str], sqlite_paths: Sequence[str], reader: Sequence[str] | None,
-                  into: str) -> dict:
-    """The inspection record (module docstring) of ``case``'s state as it is now. ``into`` keeps an untouched copy
-    (what a second recovery starts from: chaos.probecase.recover_again); the checks and the reader work on a second
-    copy, ``into`` + ``.read`` (closing an SQLite connection checkpoints its WAL; a reader may write)."""
-    os.makedirs(into, exist_ok=True)  # also when nothing exists yet to copy: the reader runs in it
-    copy_state(case, copy, into)
+                  into: str, keep: bool = False) -> dict:
+    """The inspection record (module docstring) of ``case``'s state as it is now. The checks and the reader work
+    on a copy, ``into`` + ``.read`` (closing an SQLite connection checkpoints its WAL; a reader may write); with
+    ``keep``, ``into`` holds a second, untouched copy (what a second recovery starts from:
+    chaos.probecase.recover_again)."""
     work = into.rstrip("/") + ".read"
-    os.makedirs(work, exist_ok=True)
-    copy_state(into, copy, work)
+    os.makedirs(work, exist_ok=True)  # also when nothing exists yet to copy: the reader runs in it
+    if keep:
+        os.makedirs(into, exist_ok=True)
+        copy_state(case, copy, into)
+        copy_state(into, copy, work)
+    else:
+        copy_state(case, copy, work)
     record: dict = {"integrity": {p: integrity(os.path.join(work, p)) for p in sqlite_paths}, "reader": None,
                     "reader_error": None}
     if reader:

@@ -8,7 +8,8 @@ files or directories whose writes are barriers; ``--session`` is the path the he
 
 A restart of a probe case also has ``--inspect DIR --case CASE`` (with ``--copy PATH``…, ``--sqlite PATH``… and
 ``--reader JSON-ARGV``, paths relative to ``CASE``): before anything else, the state the restart finds is inspected
-on a copy (``chaos.probe.inspect``) and recorded in ``DIR/<pid>.json``. ``--only`` stops there (the final
+on a copy (``chaos.probe.inspect``; ``--keep``: and an untouched copy kept for a second recovery) and recorded in
+``DIR/<pid>.json``. ``--only`` stops there (the final
 inspection of a case). It is an option of the runner, not a separate command, so that inspections too are forked by
 the zygote, whose preload already imported the framework the reader uses.
 
@@ -28,7 +29,7 @@ import sys
 from dataclasses import dataclass, field
 
 USAGE = ("usage: python -m chaos.probe.run [--state PATH]... [--session PATH] [--inspect DIR --case CASE "
-         "[--copy PATH]... [--sqlite PATH]... [--reader JSON-ARGV] [--only]] -- PROGRAM [ARGS...] | -- -m MODULE "
+         "[--copy PATH]... [--sqlite PATH]... [--reader JSON-ARGV] [--keep] [--only]] -- PROGRAM [ARGS...] | -- -m MODULE "
          "[ARGS...]")
 
 
@@ -44,6 +45,7 @@ class Options:
     case: str | None = None
     copy: list[str] = field(default_factory=list)
     only: bool = False
+    keep: bool = False
     program: list[str] = field(default_factory=list)
 
 
@@ -53,8 +55,8 @@ def parse(argv: list[str]) -> Options:
     i = 0
     while i < len(argv) and argv[i] != "--":
         word = argv[i]
-        if word == "--only":
-            opts.only = True
+        if word in ("--only", "--keep"):
+            setattr(opts, word[2:], True)
             i += 1
             continue
         if word not in ("--state", "--session", "--inspect", "--sqlite", "--reader", "--case", "--copy"):
@@ -79,8 +81,8 @@ def parse(argv: list[str]) -> Options:
         raise ValueError("no program after '--'")
     if opts.program[0] == "-m" and len(opts.program) < 2:
         raise ValueError("-m needs a module name")
-    if (opts.sqlite or opts.reader or opts.copy or opts.only) and not opts.inspect:
-        raise ValueError("--copy, --sqlite, --reader and --only need --inspect DIR")
+    if (opts.sqlite or opts.reader or opts.copy or opts.only or opts.keep) and not opts.inspect:
+        raise ValueError("--copy, --sqlite, --reader, --keep and --only need --inspect DIR")
     if opts.inspect and not opts.case:
         raise ValueError("--inspect needs --case DIR (the directory the state paths are relative to)")
     return opts
@@ -101,7 +103,7 @@ def main(argv: list[str] | None = None) -> None:
         from chaos.probe.inspect import inspect_state
 
         stem = os.path.join(os.path.abspath(opts.inspect), str(os.getpid()))
-        record = inspect_state(opts.case, opts.copy, opts.sqlite, opts.reader, stem + ".case")
+        record = inspect_state(opts.case, opts.copy, opts.sqlite, opts.reader, stem + ".case", keep=opts.keep)
         os.makedirs(opts.inspect, exist_ok=True)
         with open(stem + ".json.tmp", "w", encoding="utf-8") as f:
             json.dump(record, f)
