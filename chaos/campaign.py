@@ -55,6 +55,7 @@ from typing import Any
 
 from chaos.cache import BaselineCache
 from chaos.errors import ChaosError
+from chaos.faults import PROBE_ACTIONS
 from chaos.files import write_json
 from chaos.report import CaseReport, case_record
 from chaos.report.summary import deduplicate
@@ -75,7 +76,7 @@ from chaos.schedules.exhaustive import Exhaustive
 from chaos.schedules.random import Random
 from chaos.schedules.torn import Torn
 from chaos.target import Target, is_probe
-from chaos.status import ERROR, EXPECTED, FAIL, FLAKY, NOT_REACHED, PASS
+from chaos.status import ERROR, EXPECTED, FAIL, FLAKY, NOT_REACHED, PASS, STATUSES
 from chaos.workers import WorkerConfig, WorkerPool
 
 RESULT = "result.json"
@@ -786,7 +787,7 @@ class Campaign:
             if o.depth == 2:
                 streams.append(Depth2().cases(enumerated))
             streams.append(Exhaustive((), pinned=True).cases(pinned_only))
-            probe_actions = tuple(a for a in ("kill", "dresume") if a in o.faults)
+            probe_actions = tuple(a for a in PROBE_ACTIONS if a in o.faults)
             streams.append(Exhaustive(probe_actions if not o.pinned_only else (), pinned=o.pinned or o.pinned_only
                                       ).cases(probes))
             stream = _chain(streams)
@@ -868,7 +869,7 @@ class Campaign:
         o = self.options
         self.entries = load_library(o.scenarios, o.tags)
         probes = [e.name for e in self.entries if is_probe(e.scenario)]
-        if probes and (o.mode == "random" or not {"kill", "dresume"} & set(o.faults)):
+        if probes and (o.mode == "random" or not set(PROBE_ACTIONS) & set(o.faults)):
             # Said, never silent: their baselines run, their cases do not.
             self.reporter.message(f"{len(probes)} probe scenario(s) get no case in this campaign: they are run at "
                                   "depth 1 with kill/dresume faults only (exhaustive mode; docs/frameworks.md)")
@@ -1258,7 +1259,7 @@ def build_result(params: Mapping[str, Any], records: Mapping[str, Mapping[str, A
     counts = Counter(r["status"] for r in recs)
     planned = plan.get("cases")
     cases = {"planned": planned if planned is not None else len(recs), "done": len(recs),
-             **{s: counts.get(s, 0) for s in (PASS, FAIL, FLAKY, NOT_REACHED, ERROR, EXPECTED)}}
+             **{s: counts.get(s, 0) for s in STATUSES}}
     cases["not_run"] = max(0, cases["planned"] - len(recs)) if planned is not None else 0
     by_invariant: Counter = Counter()
     failed = []
@@ -1302,7 +1303,7 @@ def build_result(params: Mapping[str, Any], records: Mapping[str, Mapping[str, A
         failures=deduplicate(failed),
         flaky=flaky,
         errors=errors,
-        coverage=coverage(plan, recs),
+        coverage=coverage(plan, recs, probe_only=_probe_only(params.get("baselines") or {})),
         baselines=dict(params.get("baselines", {})),
         versions=dict(params.get("versions", {})),
         shards=list(shards),
@@ -1331,12 +1332,17 @@ def resume_command(directory: str | Path) -> str:
     return shlex.join(["chaos", "campaign", "--resume", str(directory)])
 
 
-def coverage(plan: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def _probe_only(baselines: Mapping[str, Mapping[str, Any]]) -> bool:
+    """Whether every scenario of the campaign is a probe scenario (no session-contract planner runs in it)."""
+    return bool(baselines) and all(b.get("probe") for b in baselines.values())
+
+
+def coverage(plan: Mapping[str, Any], records: Sequence[Mapping[str, Any]], probe_only: bool = False) -> dict[str, Any]:
     """Kill points reached per ``fact@phase`` (first level and, at depth 2, during recovery) and planner rules.
 
     A point counts as reached once per distinct target (scenario and fault texts), so random mode's repeats and
     merged shards do not inflate it. ``rules`` counts restarts per SPEC §14.4 rule; ``rules_unreached`` lists the
-    rules no restart of this campaign exercised.
+    rules no restart of this campaign exercised (none in a campaign of probe scenarios only: no planner runs there).
     """
     reached: dict[str, set[str]] = {"points": set(), "recovery": set()}
     per_key: dict[str, dict[str, set[str]]] = {"points": {}, "recovery": {}}
@@ -1364,7 +1370,7 @@ def coverage(plan: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> d
         out[table] = {k: {"reached": len(per_key[table].get(k, ())), "total": int(totals.get(k, 0))} for k in keys}
     out["rules"] = {rule: rules[rule] for rule in PLANNER_RULES if rules[rule]}
     out["rules"].update({rule: n for rule, n in rules.items() if rule not in PLANNER_RULES})
-    out["rules_unreached"] = [rule for rule in PLANNER_RULES if not rules[rule]]
+    out["rules_unreached"] = [] if probe_only else [rule for rule in PLANNER_RULES if not rules[rule]]
     return out
 
 
@@ -1385,7 +1391,7 @@ def _coverage_order(key: str) -> tuple[int, int]:
     return (FACT_NAMES.index(fact) if fact in FACT_NAMES else 99, PHASES.index(phase) if phase in PHASES else 9)
 
 
-def coverage_lines(cov: Mapping[str, Any], probe_only: bool = False) -> list[str]:
+def coverage_lines(cov: Mapping[str, Any]) -> list[str]:
     """Human lines: ``toolStarted@after-sync: 14/14 reached`` per point, then the planner rules."""
     lines = []
     for table, title in (("points", "kill points"), ("recovery", "kill points during recovery (depth 2)")):
@@ -1396,7 +1402,7 @@ def coverage_lines(cov: Mapping[str, Any], probe_only: bool = False) -> list[str
     rules = cov.get("rules") or {}
     if rules:
         lines.append("planner rules on restart: " + ", ".join(f"{k}×{v}" for k, v in rules.items()))
-    if cov.get("rules_unreached") and (rules or not probe_only):
+    if cov.get("rules_unreached"):
         lines.append("planner rules never reached on restart: " + ", ".join(cov["rules_unreached"]))
     return lines
 
@@ -1462,8 +1468,7 @@ def summary_lines(result: CampaignResult, directory: Path | None = None) -> list
         lines.append(f"  FLAKY {f['id']} ({', '.join(f['invariants'])} did not reproduce on re-run)")
     for e in result.errors:
         lines.append(f"  ERROR {e['id']}: {e['detail']}")
-    probe_only = bool(result.baselines) and all(b.get("probe") for b in result.baselines.values())
-    lines += ["  " + line for line in coverage_lines(result.coverage, probe_only)]
+    lines += ["  " + line for line in coverage_lines(result.coverage)]
     if directory is not None:
         lines.append(f"  journal and result: {directory}")
     return lines

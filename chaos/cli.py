@@ -230,9 +230,7 @@ def _run_probe_scenario(loaded, kills: tuple[str, ...], keep: bool, reports_dir:
         if refused:
             _fail_usage([f"--kill {text!r}: {refused[0]}"])
         schedules.append(format_schedule(parsed))
-    if not program.python:
-        _fail_usage([f"{loaded.source}: its interpreter environment is not prepared: run `chaos targets prepare "
-                     f"{loaded.source}`"])
+    _require_environment(loaded)
     out = verdict.console()
     work = Path(reports_dir).resolve() / f"{case_slug(loaded.name)}-{time.strftime('%Y%m%d-%H%M%S')}"
     work.mkdir(parents=True, exist_ok=True)
@@ -247,7 +245,7 @@ def _run_probe_scenario(loaded, kills: tuple[str, ...], keep: bool, reports_dir:
         for prop in base.failed:
             out.print(f"  {prop}: {base.problems[prop][0]}")
         raise SystemExit(1)
-    result = (base.evidence.final.get("reader") or {}).get("result")
+    result = base.result
     pinned = [format_schedule(parse_schedule(list(s.faults), program.vocabulary)) for s in loaded.schedules]
     todo = schedules or list(dict.fromkeys(kill_points(base.run) + pinned))
     for i, schedule in enumerate(todo, 1):
@@ -281,6 +279,13 @@ def _run_probe_scenario(loaded, kills: tuple[str, ...], keep: bool, reports_dir:
     raise SystemExit(1 if failed else 0)
 
 
+def _require_environment(loaded) -> None:
+    """Exit 2 with the one command to run when a probe scenario's interpreter environment is not prepared."""
+    if not loaded.the_target.probe.python:
+        _fail_usage([f"{loaded.source}: its interpreter environment is not prepared: run `chaos targets prepare "
+                     f"{loaded.source}`"])
+
+
 @main.command("killpoints")
 @click.argument("scenario", type=click.Path(path_type=str))
 def killpoints_command(scenario: str) -> None:
@@ -295,9 +300,7 @@ def killpoints_command(scenario: str) -> None:
         from chaos.case import shared_launcher
         from chaos.probecase import kill_points, run_probe_case
 
-        if not loaded.the_target.probe.python:
-            _fail_usage([f"{loaded.source}: its interpreter environment is not prepared: run `chaos targets "
-                         f"prepare {loaded.source}`"])
+        _require_environment(loaded)
         with tempfile.TemporaryDirectory(prefix="chaos-killpoints-") as tmp:
             base = run_probe_case(loaded.the_target.probe, (), Path(tmp), name="baseline",
                                   launcher=shared_launcher(loaded.the_target), model=loaded if loaded.runs else None)

@@ -244,8 +244,7 @@ def parse_fault(text: str, vocabulary: Sequence[str] = FACT_NAMES) -> Fault:
     if word.startswith("dresume("):
         if not re.fullmatch(_NUMBER, m.group(4)):
             raise FaultSyntaxError(f"fault {text!r}: dresume(K) needs K an integer without leading zeros")
-        count = int(m.group(4))
-        return Fault("dresume", point, count=None if count == 2 else count)  # dresume(2) is plain dresume
+        return Fault("dresume", point, count=int(m.group(4)))  # __post_init__ makes dresume(2) plain dresume
     return Fault(word, point)
 
 

@@ -60,6 +60,11 @@ class ProbeCase:
     def failed(self) -> list[str]:
         return [name for name, found in self.problems.items() if found]
 
+    @property
+    def result(self) -> Any:
+        """The final state's result as the target's reader says it (None without a reading)."""
+        return (self.evidence.final.get("reader") or {}).get("result")
+
 
 def _fill(argv: Sequence[str], case: Path) -> list[str]:
     return [a.replace("{case}", str(case)) for a in argv]
@@ -224,7 +229,7 @@ def run_probe_baseline(program: ProbeProgram, work_dir: Path | str) -> Any:
     base = run_probe_case(program, (), work_dir, name="baseline")
     if not base.passed:
         raise ValueError(f"{program.name}: the crash-free run fails {', '.join(base.failed)}: {base.problems}")
-    return (base.evidence.final.get("reader") or {}).get("result")
+    return base.result
 
 
 def kill_points(run: CaseRun, phases: Sequence[str] = ("before-write", "after-sync")) -> list[str]:

@@ -1196,9 +1196,6 @@ class ProbeScenario(_Model):
         allowed = set(self.expect_properties or self._target.probe.properties)
         return all(f.get("invariant") in allowed for f in failures)
 
-    def operations(self) -> list[tuple[str, int]]:
-        return [("run", i) for i in range(len(self.runs))]
-
     fault_map = Scenario.fault_map  # the scripted server reads provider faults of the runs the same way
 
 

@@ -253,13 +253,13 @@ def discover_probe_baseline(ctx: Context, name: str, runs: int = 2) -> dict[str,
                               limits=ctx.limits, launcher=launcher, model=scenario if scenario.runs else None)
         seen.append((case, time.monotonic() - t0))
     first = seen[0][0]
-    result = (first.evidence.final.get("reader") or {}).get("result")
+    result = first.result
     problems, notes = [], []
     for i, (case, _) in enumerate(seen, start=1):
         if not case.passed:
             first_problem = next(found[0] for found in case.problems.values() if found)
             problems.append(f"baseline run {i} fails {', '.join(case.failed)}: {first_problem}")
-    results = [(c.evidence.final.get("reader") or {}).get("result") for c, _ in seen]
+    results = [c.result for c, _ in seen]
     if any(r != results[0] for r in results[1:]):
         problems.append(f"baseline runs disagree: their results differ ({results[0]!r} vs {results[1]!r})")
     layouts = [[(b.phase, tuple(b.facts)) for b in c.run.barriers] for c, _ in seen]
@@ -560,6 +560,7 @@ def _record(ctx: Context, spec, outcome: Outcome) -> dict[str, Any]:
     result, run = outcome.result, outcome.run
     landed = reached(run)
     restarts = sum(1 for l in run.launches if l.role in ("resume", "dresume"))
+    probe = ctx.probe(spec.scenario)  # a probe case: no planner rules, no agent bug switches
     return case_record(**{
         "id": spec.id,
         "scenario": spec.scenario,
@@ -578,9 +579,9 @@ def _record(ctx: Context, spec, outcome: Outcome) -> dict[str, Any]:
         "requests": result.requests,
         "reached": landed,
         "fired": len(run.faults) == len(spec.faults),
-        "rules": [] if ctx.probe(spec.scenario) else restart_rules(outcome.evidence),
+        "rules": [] if probe else restart_rules(outcome.evidence),
         "case_dir": _rel(ctx, result.case_dir),
-        "bugs": [] if ctx.probe(spec.scenario) else list(ctx.target.bugs),
+        "bugs": [] if probe else list(ctx.target.bugs),
         "target": result.target,
         "divergence": result.divergence,
         "tags": list(ctx.scenario(spec.scenario).tags),
