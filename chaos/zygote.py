@@ -2,8 +2,8 @@
 
 Why. A launch of the bundled agent by exec costs 90-110 ms before its first barrier (interpreter start-up, imports);
 a case launches it four times or more. A Python process that has already imported the agent's start path forks,
-and the child *becomes* the agent (``runpy``) in about 2 ms. Agent frameworks import in seconds, so without this a
-campaign against them would spend nearly all its time importing.
+and the child *becomes* the agent (what ``python -m`` runs, compiled once by the zygote) in about 2 ms. Agent
+frameworks import in seconds, so without this a campaign against them would spend nearly all its time importing.
 
 Shape. ``ZygoteLauncher`` (the harness side, a ``chaos.process.Launcher``) starts the zygote **by exec**
 (``python -m chaos.zygote FD MODULE…``) — never by forking a harness worker, whose scripted-server threads may
@@ -11,8 +11,9 @@ hold locks that a forked child would inherit locked. The zygote imports the prel
 launch requests over a Unix socket pair (newline-delimited JSON, one request in flight: a launcher is used from its
 process's main thread). For each launch it forks one child, which becomes the agent:
 
-- its own argv (``sys.argv``), environment (``os.environ`` replaced), cwd, standard streams (``/dev/null`` and the
-  two files), session and process group (``setsid``: the harness kills "the session" as for an exec'd agent);
+- its own argv (``sys.argv``; ``argv[0]`` the module's file, as ``python -m`` sets it) and ``__main__`` module,
+  environment (``os.environ`` made equal to the launch's), cwd, standard streams (``/dev/null`` and the two
+  files), session and process group (``setsid``: the harness kills "the session" as for an exec'd agent);
 - the parent-death signal set again (it is cleared by fork): SIGKILL when the zygote dies;
 - the signal state of a fresh interpreter: SIGINT → ``KeyboardInterrupt``, SIGTERM/SIGCHLD default, SIGPIPE and
   SIGXFSZ ignored (what CPython sets at start-up), no wakeup fd, an empty signal mask;
@@ -75,21 +76,54 @@ REPLY_SECONDS = 30.0
 # The zygote process (python -m chaos.zygote FD MODULE…): stdlib only, nothing of chaos imported
 
 
-def _prctl(option: int, value: int) -> bool:
-    try:
-        import ctypes
+_PRCTL = None  # libc's prctl, looked up once by the zygote: a child finds it resolved (dlopen + lookup: ~0.4 ms)
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(option, value, 0, 0, 0) == 0
-    except (OSError, AttributeError):  # not Linux
-        return False
+
+def _prctl(option: int, value: int) -> bool:
+    global _PRCTL
+    if _PRCTL is None:
+        try:
+            import ctypes
+
+            _PRCTL = ctypes.CDLL(None, use_errno=True).prctl
+        except (OSError, AttributeError):  # not Linux
+            _PRCTL = False
+    return bool(_PRCTL) and _PRCTL(option, value, 0, 0, 0) == 0
+
+
+# What `python -m MODULE` runs, by module name: (spec, code), resolved and compiled once by the zygote before its
+# first fork of that module (finding the spec and unmarshalling the code cost ~0.5 ms a launch in the child). The
+# code is the source as it was then, as the preloaded modules are. A module that does not exist is its error line
+# (the child prints it as `python -m` does); None for any other failure (a syntax error): the child then goes
+# through runpy, whose traceback is what `python -m` prints too.
+_MAIN: dict[str, tuple | str | None] = {}
+
+
+def _main_code(name: str) -> tuple | str | None:
+    if name not in _MAIN:
+        try:
+            import importlib.util
+
+            spec = importlib.util.find_spec(name)
+            if spec is not None and spec.submodule_search_locations is not None:  # a package: its __main__
+                spec = importlib.util.find_spec(f"{name}.__main__")
+            if spec is None:
+                _MAIN[name] = f"No module named {name}"
+            else:
+                code = spec.loader.get_code(spec.name) if spec.loader is not None else None
+                _MAIN[name] = (spec, code) if code is not None else None
+        except ImportError:  # a parent package is missing
+            _MAIN[name] = f"No module named {name}"
+        except Exception:  # noqa: BLE001 - the child's runpy raises it again, in the launch's stderr
+            _MAIN[name] = None
+    return _MAIN[name]
 
 
 def _send(sock: socket.socket, message: Mapping) -> None:
     sock.sendall(json.dumps(message).encode() + b"\n")
 
 
-def _become(request: Mapping, zygote_pid: int, out: int, err: int) -> None:
+def _become(request: Mapping, zygote_pid: int, out: int, err: int, main: tuple | str | None) -> None:
     """In the forked child: turn this process into a fresh launch of ``request["module"]``; never returns.
     ``out``/``err`` are the launch's output files, opened by the zygote before the fork (so they exist, as with
     exec, the moment the launch is announced)."""
@@ -111,8 +145,14 @@ def _become(request: Mapping, zygote_pid: int, out: int, err: int) -> None:
             os.dup2(fd, target)
         os.closerange(3, 1 << 20)  # the zygote's socket and wake pipe, and anything the preload opened
         os.chdir(request["cwd"])
-        os.environ.clear()
-        os.environ.update(request["env"])
+        # The launch's environment exactly; only the differences are applied (each assignment is a putenv: the
+        # whole ~100-variable replacement cost ~0.7 ms a launch, and a launch differs from the zygote in a few).
+        env = request["env"]
+        for key in [k for k in os.environ if k not in env]:
+            del os.environ[key]
+        for key, value in env.items():
+            if os.environ.get(key) != value:
+                os.environ[key] = value
         import random
 
         random.seed()
@@ -125,8 +165,19 @@ def _become(request: Mapping, zygote_pid: int, out: int, err: int) -> None:
         sys.modules.pop(f"{name}.__main__", None)
         sys.argv = [name, *request["args"]]
         try:
-            runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
-            code = 0
+            if isinstance(main, str):
+                sys.stderr.write(f"{sys.executable}: {main}\n")  # python -m's own line, exit 1
+            elif main is None:
+                runpy.run_module(name, run_name="__main__", alter_sys=True)
+            else:  # what runpy.run_module(alter_sys=True) does, with the code the zygote already compiled
+                spec, main_code = main
+                module = type(sys)("__main__")
+                module.__dict__.update(__file__=spec.origin, __cached__=spec.cached, __doc__=None,
+                                       __loader__=spec.loader, __package__=spec.parent, __spec__=spec)
+                sys.modules["__main__"] = module
+                sys.argv[0] = spec.origin
+                exec(main_code, module.__dict__)
+            code = 1 if isinstance(main, str) else 0
         except SystemExit as exc:
             if exc.code is None:
                 code = 0
@@ -277,6 +328,7 @@ def serve(fd: int, preload: Sequence[str]) -> int:
                         # (a missing cwd is a launch error under exec, not an exit 1 of the child).
                         if not os.path.isdir(request["cwd"]):
                             raise FileNotFoundError(2, "No such file or directory", request["cwd"])
+                        main = _main_code(request["module"])
                         for name in ("stdout", "stderr"):
                             opened.append(os.open(request[name], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
                         pid = os.fork()
@@ -286,7 +338,7 @@ def serve(fd: int, preload: Sequence[str]) -> int:
                         _send(sock, {"id": request["id"], "error": str(exc)})
                         continue
                     if pid == 0:
-                        _become(request, zygote_pid, *opened)
+                        _become(request, zygote_pid, *opened, main)
                     for fd in opened:
                         os.close(fd)
                     children[pid] = request["id"]

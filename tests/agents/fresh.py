@@ -26,6 +26,11 @@ def report() -> dict:
     names = {signal.SIG_DFL: "default", signal.SIG_IGN: "ignore", signal.default_int_handler: "int-handler"}
     return {
         "argv": sys.argv[1:],
+        "argv0": sys.argv[0],
+        # What `python -m` makes of the module: the zygote runs code it compiled once, as runpy would run it.
+        "main": {"name": __name__, "file": __file__, "package": __package__, "spec": __spec__.name,
+                 "cached": __cached__, "loader": type(__loader__).__name__,
+                 "registered": sys.modules["__main__"] is sys.modules.get(__name__)},
         "env": {k: os.environ.get(k) for k in os.environ.get("FRESH_VARS", "").split(",") if k},
         "cwd": os.getcwd(),
         "fds": sorted(int(fd) for fd in os.listdir("/proc/self/fd")),

@@ -54,7 +54,8 @@ class TestFreshness:
             assert err.read_text() == "to stderr\n"
             seen.append(data)
         forked, execd = seen
-        for key in ("argv", "env", "signals", "mask", "threads", "session_leader", "stdin_empty", "fds"):
+        for key in ("argv", "argv0", "main", "env", "signals", "mask", "threads", "session_leader", "stdin_empty",
+                    "fds"):
             assert forked[key] == execd[key], key
         assert forked["env"] == {"A": "1", "B": "two", "HOME": None}  # the launch's variables, not the zygote's
         assert forked["cwd"].endswith("ZygoteLauncher") and forked["fds"] == [0, 1, 2, 3]
@@ -186,3 +187,17 @@ class TestZygoteDeath:
         with pytest.raises(OSError):
             zygote.launch([sys.executable, "-m", MODULE, "report"], env(), tmp_path / "missing", tmp_path / "o",
                           tmp_path / "e")
+
+    def test_a_module_that_does_not_exist_fails_as_python_m_does(self, tmp_path):
+        """A launch of a module that cannot be found exits 1 with python -m's one line, under both launchers."""
+        missing = "tests.agents.no_such_module"
+        launcher = ZygoteLauncher(missing, ("json",))
+        try:
+            for each in (launcher, SubprocessLauncher()):
+                out, err = tmp_path / f"{type(each).__name__}.out", tmp_path / f"{type(each).__name__}.err"
+                proc = each.launch([sys.executable, "-m", missing], env(), tmp_path, out, err)
+                assert proc.wait(20) == 1
+                proc.close()
+                assert err.read_text() == f"{sys.executable}: No module named {missing}\n"
+        finally:
+            launcher.close()
