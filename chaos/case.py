@@ -435,6 +435,10 @@ def execute_case(scenario, schedule, *, work_dir: Path, target: Target, baseline
     launcher = RestartLauncher(shared_launcher(target), changes.argv())
     limits = limits or Limits()
     clock = [("setup", time.monotonic())]  # where a case's time goes (bench/campaign.py reads it)
+    environ = {**os.environ, **env}
+    early: Judgement | None = None  # the oracle's judgement made while the first probe ran
+    overlapped = 0.0  # seconds of oracle work inside the probe phase (counted as oracle time, not probe time)
+    hidden = 0.0  # ... of which behind a probe still running when it ended (off a case's critical path)
     try:
         run = Supervisor(command, case_dir, launcher=launcher, limits=limits, label=cid).run(faults)
         clock.append(("supervisor", time.monotonic()))
@@ -448,7 +452,20 @@ def execute_case(scenario, schedule, *, work_dir: Path, target: Target, baseline
             # starts from the same bytes under the same configuration and can only repeat it (bench/campaign.py:
             # ~16 ms per probe under the zygote, ~90 ms by exec — a third of a case's time).
             for i in range(probes):
-                probe_results.append(_probe(launcher.inner, argv, run.session, env, case_dir, i, limits))
+                started = _start_probe(launcher.inner, argv, run.session, env, case_dir, i)
+                try:
+                    if i == 0:
+                        # The probe is a process of its own: the oracle judges what the supervisor left meanwhile
+                        # (on the other core). The judgement stands only if the probe changed none of what it read
+                        # (the log, the witness, the requests, the expected files); else it is made again below.
+                        t = time.monotonic()
+                        early = _judge(cid, scenario, target, run, launcher, command, first, changes, environ,
+                                       srv.requests(key), witness, workspace, baseline, started.before)
+                        overlapped = time.monotonic() - t
+                        # Conservative: hidden only if the probe was visibly still running after the oracle.
+                        hidden = overlapped if started.proc.poll() is None else 0.0
+                finally:  # whatever the oracle raised, the probe is waited for (or killed): it never outlives us
+                    probe_results.append(_finish_probe(started, limits))
                 if probe_results[-1].sha_before == probe_results[-1].sha_after:
                     break
     finally:
@@ -468,13 +485,14 @@ def execute_case(scenario, schedule, *, work_dir: Path, target: Target, baseline
     if run.verdict in _NO_ORACLE:
         result.status = run.verdict
     else:
-        environ = {**os.environ, **env}
-        currents = (current_configuration(target, first, environ),
-                    current_configuration(target, first.then(changes), environ))
-        evidence = collect_evidence(cid, scenario, run, launcher, currents, requests, witness, workspace,
-                                    probe_results, baseline)
+        if early is not None and early.still_true(requests, witness, workspace, probe_results):
+            judgement = early.with_probes(probe_results)
+        else:
+            judgement = _judge(cid, scenario, target, run, launcher, command, first, changes, environ, requests,
+                               witness, workspace, baseline, None, probe_results)
+        evidence = judgement.evidence
         # Only the invariants the target declares apply (a target that cannot meet one says so in its file).
-        result.invariants = [r for r in oracle.check(evidence) if r.name in target.invariants]
+        result.invariants = [r for r in judgement.results if r.name in target.invariants]
         settled = run.verdict.startswith("exit:") and int(run.verdict[5:]) in command.settled_exits
         result.status = PASS if settled and all(r.ok for r in result.invariants) else FAIL
         if result.status == FAIL and target.kind == "contract" and diagnose:
@@ -496,8 +514,12 @@ def execute_case(scenario, schedule, *, work_dir: Path, target: Target, baseline
     clock.append(("teardown", time.monotonic()))
     start = t0
     for phase, at in clock:
-        result.timings[phase] = round(at - start, 4)
+        result.timings[phase] = at - start
         start = at
+    result.timings["probes"] -= overlapped  # the oracle's work during the probe is oracle time
+    result.timings["oracle"] += overlapped
+    result.timings["oracle-hidden"] = hidden
+    result.timings = {phase: round(seconds, 4) for phase, seconds in result.timings.items()}
     result.duration = round(time.monotonic() - t0, 3)
     return result, evidence, run
 
@@ -530,13 +552,26 @@ def _read(path: str | Path) -> bytes:
         return b""  # gone (or never created): the oracle reports what the bytes say
 
 
-def _probe(launcher: Launcher, argv: list[str], session: str, env: Mapping[str, str], case_dir: Path, index: int,
-           limits: Limits) -> oracle.Probe:
-    """One more ``resume`` after the case (no checkpoint channel): it must change nothing."""
+@dataclass
+class _StartedProbe:
+    proc: AgentProcess
+    session: str
+    before: bytes  # the log as the probe found it
+    out: Path
+
+
+def _start_probe(launcher: Launcher, argv: list[str], session: str, env: Mapping[str, str], case_dir: Path,
+                 index: int) -> _StartedProbe:
+    """Start one more ``resume`` after the case (no checkpoint channel): it must change nothing."""
     before = _read(session)
     out, err = case_dir / "launches" / f"probe-{index + 1}.stdout", case_dir / "launches" / f"probe-{index + 1}.stderr"
     penv = {k: v for k, v in {**os.environ, **env}.items() if k != "CHAOS_CONTROL"}
-    proc = launcher.launch(argv, penv, case_dir, out, err)
+    return _StartedProbe(launcher.launch(argv, penv, case_dir, out, err), session, before, out)
+
+
+def _finish_probe(probe: _StartedProbe, limits: Limits) -> oracle.Probe:
+    """Wait for a started probe (killed at the silence limit); what it did to the log."""
+    proc = probe.proc
     try:
         code = proc.wait(limits.silence_seconds)
     finally:
@@ -545,15 +580,65 @@ def _probe(launcher: Launcher, argv: list[str], session: str, env: Mapping[str, 
         # No process of the case outlives it: the probe's session (e.g. a bash tool it started) goes too.
         kill_processes(lambda: session_members(proc.session_id), limits.kill_seconds)
         proc.close()
-    after = _read(session)
-    return oracle.Probe(code, out.read_text(errors="replace"), oracle.sha(before), oracle.sha(after), len(before),
-                        len(after))
+    after = _read(probe.session)
+    return oracle.Probe(code, probe.out.read_text(errors="replace"), oracle.sha(probe.before), oracle.sha(after),
+                        len(probe.before), len(after))
+
+
+@dataclass
+class Judgement:
+    """The oracle's evidence and its results over it."""
+
+    evidence: oracle.Evidence
+    results: list[oracle.InvariantResult]
+
+    def still_true(self, requests: Sequence, witness: Path, workspace: Path, probes: Sequence[oracle.Probe]) -> bool:
+        """True when the probes changed nothing this judgement read: the log (each probe's before == after, and
+        the first probe found the bytes judged), the requests (recorded in order, never removed: the count
+        tells), the witness and the expected files."""
+        ev = self.evidence
+        return (bool(probes) and all(p.sha_before == p.sha_after for p in probes)
+                and oracle.sha(ev.final_log) == probes[0].sha_before and len(requests) == len(ev.requests)
+                and _witness_lines(witness) == ev.witness and _files(ev.files, workspace) == ev.files)
+
+    def with_probes(self, probes) -> "Judgement":
+        """This judgement completed with the probes' results: ``converges`` is the only invariant that reads them.
+        (The evidence is updated in place: its cached parse of the log stays valid, the log did not change.)"""
+        self.evidence.probes = list(probes)
+        self.results = [oracle.CHECKS[r.name](self.evidence) if r.name == "converges" else r for r in self.results]
+        return self
+
+
+def _files(names, workspace: Path) -> dict[str, str | None]:
+    """The text of each named workspace file, None when absent."""
+    out: dict[str, str | None] = {}
+    for rel in names:
+        path = workspace / rel
+        out[rel] = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else None
+    return out
+
+
+def _witness_lines(witness: Path) -> list[str]:
+    return witness.read_text(errors="replace").splitlines() if witness.is_file() else []
+
+
+def _judge(cid, scenario, target: Target, run: CaseRun, launcher: RestartLauncher, command: AgentCommand,
+           first: Settings, changes: Settings, environ: Mapping[str, str], requests, witness: Path, workspace: Path,
+           baseline, final: bytes | None, probes=()) -> Judgement:
+    """Collect the evidence (``final``: the log's bytes, else read now) and run every invariant over it."""
+    currents = (current_configuration(target, first, environ),
+                current_configuration(target, first.then(changes), environ))
+    evidence = collect_evidence(cid, scenario, run, launcher, currents, requests, witness, workspace, list(probes),
+                                baseline, final=final)
+    return Judgement(evidence, oracle.check(evidence))
 
 
 def collect_evidence(cid: str, scenario, run: CaseRun, launcher: RestartLauncher, currents, requests, witness: Path,
-                     workspace: Path, probes, baseline) -> oracle.Evidence:
-    """Turn what the supervisor, the server and the files say into the oracle's ``Evidence``."""
-    final = Path(run.session).read_bytes() if run.session and os.path.isfile(run.session) else b""
+                     workspace: Path, probes, baseline, *, final: bytes | None = None) -> oracle.Evidence:
+    """Turn what the supervisor, the server and the files say into the oracle's ``Evidence`` (``final``: the log's
+    bytes when the caller already read them)."""
+    if final is None:
+        final = Path(run.session).read_bytes() if run.session and os.path.isfile(run.session) else b""
     kills = []
     for f in run.kills:
         snapshot = Path(f.snapshot).read_bytes() if f.snapshot and os.path.isfile(f.snapshot) else b""
@@ -564,13 +649,10 @@ def collect_evidence(cid: str, scenario, run: CaseRun, launcher: RestartLauncher
         stdout = Path(l.stdout).read_text(errors="replace") if os.path.isfile(l.stdout) else ""
         launches.append(oracle.LaunchInfo(l.index, l.role, l.returncode, l.killed_by is not None, stdout,
                                           currents[1] if restart else currents[0], restart))
-    files: dict[str, str | None] = {}
     expected = set(scenario.expect.files)
     for rule in scenario.expect.when:
         expected |= set(rule.files or {})
-    for rel in sorted(expected):
-        path = workspace / rel
-        files[rel] = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else None
+    files = _files(sorted(expected), workspace)
     if isinstance(baseline, Baseline):
         baseline = baseline.facts
     ev = oracle.Evidence(
@@ -585,7 +667,7 @@ def collect_evidence(cid: str, scenario, run: CaseRun, launcher: RestartLauncher
                                  b.synced_offset, b.file_size) for b in run.barriers],
         launches=launches,
         requests=[r.to_json() for r in requests],
-        witness=witness.read_text(errors="replace").splitlines() if witness.is_file() else [],
+        witness=_witness_lines(witness),
         probes=list(probes),
         expect=scenario.expect,
         prompts=[r.prompt for r in scenario.runs],

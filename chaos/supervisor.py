@@ -199,7 +199,6 @@ class _Case:
     def run(self) -> CaseRun:
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "launches").mkdir(exist_ok=True)
-        (self.dir / "kills").mkdir(exist_ok=True)
         self.listener = self._listen()
         try:
             self._launch_generation([("step", self.cmd.steps[0].argv)])
@@ -537,6 +536,7 @@ class _Case:
         if session is None or not os.path.exists(session):
             return
         dest = self.dir / "kills" / f"{len(self.run_rec.faults):02d}-{rec.action}.jsonl"
+        dest.parent.mkdir(exist_ok=True)  # made on the first snapshot: most cases of a campaign are removed unread
         shutil.copyfile(session, dest)
         rec.snapshot, rec.snapshot_size = str(dest), dest.stat().st_size
 
