@@ -10,8 +10,9 @@ those paths once in the zygote so the children find them done (measured: a forke
 
 What a launch must see fresh — its argv, environment, cwd, streams, random and id state — is read when its command
 runs, never at import, and the rehearsal leaves none of it behind: it passes its own environment to ``cli.main``
-(``os.environ`` is not read), works in a temporary directory it removes, talks only to its own loopback model and
-checkpoint listener, and joins its thread before returning (a fork copies only the calling thread, and the zygote
+(the agent reads nothing of ``os.environ``; only ``mkdtemp`` reads ``TMPDIR``, and its cached choice is undone),
+works in a temporary directory it removes, talks only to its own loopback model and checkpoint listener, and joins
+its thread before returning (a fork copies only the calling thread, and the zygote
 refuses a preload that leaves more than one). The UUIDv7 generator reseeds in every forked child
 (``agent.session.ids``). An agent started by exec never imports this module.
 """
@@ -43,6 +44,7 @@ _TURNS = (
 
 
 def _completion(turn: int) -> bytes:
+    """The whole HTTP response for the model's ``turn``-th answer (past the script: a final answer)."""
     calls = _TURNS[turn] if turn < len(_TURNS) else []
     message: dict = {"role": "assistant", "content": "" if calls else "done"}
     if calls:
@@ -60,16 +62,20 @@ def _completion(turn: int) -> bytes:
 
 class _Peers:
     """The rehearsal's loopback model (HTTP, one request per connection) and checkpoint supervisor (answers every
-    barrier ``continue``), served by one thread until ``stop``."""
+    barrier ``continue``), served by one thread until ``stop``. Without a Unix socket (its path too long for
+    ``AF_UNIX``, say) the rehearsal runs without the checkpoint channel."""
 
     def __init__(self, directory: str):
         self.http = socket.create_server(("127.0.0.1", 0))
-        self.control_path = os.path.join(directory, "c.sock")
-        self.control = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.control.bind(self.control_path)
-        self.control.listen()
+        self.control_path: str | None = os.path.join(directory, "c.sock")
+        self.control: socket.socket | None = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self.control.bind(self.control_path)
+            self.control.listen()
+        except OSError:
+            self.control.close()
+            self.control = self.control_path = None
         self.turn = 0
-        self.failure: str | None = None
         self._wake_r, self._wake_w = socket.socketpair()
         self._thread = threading.Thread(target=self._serve, name="agent-warm", daemon=True)
         self._thread.start()
@@ -82,49 +88,60 @@ class _Peers:
         self._wake_w.send(b"x")
         self._thread.join()
         for s in (self.http, self.control, self._wake_r, self._wake_w):
-            s.close()
+            if s is not None:
+                s.close()
 
     def _serve(self) -> None:
+        """Until woken by ``stop``. Every failure stays with its own connection: the loop must outlive the agent's
+        run, because a checkpoint channel closed under a running agent makes it exit 7 (``os._exit``) — here, in
+        the zygote."""
+        listeners = [s for s in (self.http, self.control) if s is not None]
         buffers: dict[socket.socket, bytes] = {}
         with selectors.DefaultSelector() as sel:
-            for s in (self.http, self.control, self._wake_r):
+            for s in (*listeners, self._wake_r):
                 sel.register(s, selectors.EVENT_READ)
-            try:
-                while True:
-                    for key, _ in sel.select():
-                        s = key.fileobj
-                        if s is self._wake_r:
-                            return
-                        if s in (self.http, self.control):
+            while True:
+                for key, _ in sel.select():
+                    s = key.fileobj
+                    if s is self._wake_r:
+                        for conn in buffers:
+                            conn.close()
+                        return
+                    try:
+                        if s in listeners:
                             conn, _ = s.accept()
                             buffers[conn] = b""
                             sel.register(conn, selectors.EVENT_READ, s)
                             continue
-                        chunk = s.recv(65536)
-                        if not chunk:
-                            sel.unregister(s)
-                            s.close()
-                            buffers.pop(s, None)
+                        if self._answer(s, key.data is self.control, buffers):
                             continue
-                        buffers[s] += chunk
-                        if key.data is self.control:
-                            while b"\n" in buffers[s]:
-                                _, buffers[s] = buffers[s].split(b"\n", 1)
-                                s.sendall(b'{"action":"continue"}\n')
-                        elif self._request_complete(buffers[s]):
-                            s.sendall(_completion(self.turn))
-                            self.turn += 1
-                            sel.unregister(s)
-                            s.close()
-                            buffers.pop(s, None)
-            except OSError as exc:  # reported by rehearse(); the agent side then fails too
-                self.failure = f"{type(exc).__name__}: {exc}"
-            finally:
-                for s in buffers:
+                    except OSError:  # that connection is done (the agent closed it or gave up on it)
+                        if s in listeners:
+                            continue
+                    sel.unregister(s)
+                    buffers.pop(s, None)
                     s.close()
+
+    def _answer(self, conn: socket.socket, control: bool, buffers: dict[socket.socket, bytes]) -> bool:
+        """Read what ``conn`` sent and answer what is complete; False once the exchange is over."""
+        chunk = conn.recv(65536)
+        if not chunk:
+            return False
+        buffers[conn] += chunk
+        if control:
+            while b"\n" in buffers[conn]:
+                _, buffers[conn] = buffers[conn].split(b"\n", 1)
+                conn.sendall(b'{"action":"continue"}\n')
+            return True
+        if not self._request_complete(buffers[conn]):
+            return True
+        conn.sendall(_completion(self.turn))
+        self.turn += 1
+        return False  # one request per connection: the agent sends Connection: close
 
     @staticmethod
     def _request_complete(data: bytes) -> bool:
+        """Headers and a body of the announced Content-Length have arrived."""
         head, sep, body = data.partition(b"\r\n\r\n")
         if not sep:
             return False
@@ -139,7 +156,11 @@ def rehearse() -> tuple[int, int]:
     """Run the agent once: ``run`` (three model turns, every built-in tool, every barrier of the checkpoint
     protocol answered ``continue``), then ``resume`` of the finished session (the convergence probe's path).
     Returns both exit statuses (0, 0 when everything ran); never raises for the agent's own failures."""
+    # mkdtemp caches the temporary directory it chose (tempfile.tempdir): a forked launch must choose its own, from
+    # its own TMPDIR (a foreign planner's temporary files, agent.planner_cmd).
+    cached_tempdir = tempfile.tempdir
     directory = tempfile.mkdtemp(prefix="agent-warm-")
+    tempfile.tempdir = cached_tempdir
     try:
         workspace = os.path.join(directory, "workspace")
         sessions = os.path.join(directory, "sessions")
@@ -147,8 +168,9 @@ def rehearse() -> tuple[int, int]:
         with open(os.path.join(workspace, "warm.txt"), "w", encoding="utf-8") as f:
             f.write("one\ntwo\n")
         peers = _Peers(directory)
-        env = {"OPENAI_API_KEY": "warm", "AGENT_ENVIRONMENT_IDENTITY": "warm", "PATH": os.defpath,
-               checkpoints.ENV_VAR: peers.control_path}
+        env = {"OPENAI_API_KEY": "warm", "AGENT_ENVIRONMENT_IDENTITY": "warm", "PATH": os.defpath}
+        if peers.control_path is not None:
+            env[checkpoints.ENV_VAR] = peers.control_path
         flags = ["--workspace", workspace, "--model", "warm", "--tools", ",".join(tools.TOOL_NAMES),
                  "--request-timeout", "5", "--base-url", peers.base_url]
         sink = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")  # the final answer is written to .buffer
@@ -165,4 +187,7 @@ def rehearse() -> tuple[int, int]:
 
 
 cli.parser()
-rehearse()
+try:
+    rehearse()
+except Exception:  # noqa: BLE001 - only an optimisation: a zygote whose rehearsal failed serves, cold
+    pass

@@ -18,7 +18,7 @@ the agent's bytecode caches); only the launcher differs. Printed:
 - harness overhead per case: set-up + oracle + tear-down + (supervisor time not inside any agent process's life),
   i.e. everything but the agents' own work and the convergence probes; the oracle judges while the first probe
   runs (another process), and the part of it that a still-running probe hid is not overhead (printed on its own
-  line). The process sweeps are counted in (the issue leaves them out: this figure is the conservative one).
+  line). The process sweeps are counted in (issue [2/5]'s definition leaves them out: this figure is the conservative one).
 
 Figures, never thresholds: nothing fails. The machine's load matters: run it on a quiet machine and read the
 ratio, which is measured in the same run.
@@ -42,11 +42,11 @@ from chaos.scenario import load_scenario  # noqa: E402
 from chaos.target import Target  # noqa: E402
 
 SUBSET = ("single-read", "bash-deploy", "mixed-calls")
+PHASES = ("setup", "supervisor", "probes", "oracle", "teardown")
 
 
 class BenchError(Exception):
-    """Nothing to measure (a baseline that does not pass): one line, exit 2."""
-PHASES = ("setup", "supervisor", "probes", "oracle", "teardown")
+    """Nothing to measure (a baseline that does not pass, an unknown scenario): one line, exit 2."""
 
 
 def gaps(run) -> dict[str, list[float]]:

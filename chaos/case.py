@@ -459,8 +459,11 @@ def execute_case(scenario, schedule, *, work_dir: Path, target: Target, baseline
                         # (on the other core). The judgement stands only if the probe changed none of what it read
                         # (the log, the witness, the requests, the expected files); else it is made again below.
                         t = time.monotonic()
-                        early = _judge(cid, scenario, target, run, launcher, command, first, changes, environ,
-                                       srv.requests(key), witness, workspace, baseline, started.before)
+                        try:
+                            early = _judge(cid, scenario, target, run, launcher, command, first, changes, environ,
+                                           srv.requests(key), witness, workspace, baseline, started.before)
+                        except Exception:  # noqa: BLE001 - e.g. a file the probe removed mid-read: judged after
+                            early = None
                         overlapped = time.monotonic() - t
                         # Conservative: hidden only if the probe was visibly still running after the oracle.
                         hidden = overlapped if started.proc.poll() is None else 0.0
@@ -554,6 +557,8 @@ def _read(path: str | Path) -> bytes:
 
 @dataclass
 class _StartedProbe:
+    """A convergence probe on its way: its process, and the log as it found it."""
+
     proc: AgentProcess
     session: str
     before: bytes  # the log as the probe found it
@@ -614,11 +619,15 @@ def _files(names, workspace: Path) -> dict[str, str | None]:
     out: dict[str, str | None] = {}
     for rel in names:
         path = workspace / rel
-        out[rel] = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else None
+        try:  # is_file first: never open a FIFO or a device an agent left there (a read could block)
+            out[rel] = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else None
+        except OSError:  # removed between the two calls (a probe still running)
+            out[rel] = None
     return out
 
 
 def _witness_lines(witness: Path) -> list[str]:
+    """The witness file's lines (every external effect a tool reported), empty when there is none."""
     return witness.read_text(errors="replace").splitlines() if witness.is_file() else []
 
 

@@ -41,7 +41,8 @@ What still differs from exec (none of it matters to the bundled agent; ``--launc
 transcripts): every launch of one zygote shares its hash seed; settings read at interpreter start-up
 (``PYTHONPATH``, ``PYTHON*`` flags, ``PYTHONIOENCODING``) are the zygote's; ``sys.orig_argv`` and
 ``/proc/PID/cmdline`` name ``chaos.zygote``; the program's own ``atexit`` handlers and non-daemon threads do not
-run at exit (``os._exit``); the thread check counts Python threads only.
+run at exit (``os._exit``); the thread check counts Python threads only; the code of the module ``python -m``
+runs is compiled at its first launch (a later edit of that file is not seen, as for the preloaded modules).
 
 OS and interpreter facts relied on: ``fork`` copies only the calling thread (hence the single-thread check);
 ``PR_SET_PDEATHSIG`` is cleared in a fork child and fires when the parent *thread* exits (the zygote is single
@@ -91,31 +92,31 @@ def _prctl(option: int, value: int) -> bool:
     return bool(_PRCTL) and _PRCTL(option, value, 0, 0, 0) == 0
 
 
-# What `python -m MODULE` runs, by module name: (spec, code), resolved and compiled once by the zygote before its
-# first fork of that module (finding the spec and unmarshalling the code cost ~0.5 ms a launch in the child). The
-# code is the source as it was then, as the preloaded modules are. A module that does not exist is its error line
-# (the child prints it as `python -m` does); None for any other failure (a syntax error): the child then goes
-# through runpy, whose traceback is what `python -m` prints too.
-_MAIN: dict[str, tuple | str | None] = {}
+# What `python -m MODULE` runs, by module name: (spec, code), found and compiled once by the zygote at the module's
+# first launch (finding the spec and unmarshalling the code cost ~0.5 ms a launch in the child); the code is the
+# source as it was then, as for the preloaded modules. Only where finding it imports nothing: every package on the
+# way must already be imported (one imported here would run its import-time code in the zygote, after the
+# single-thread check). None otherwise and on any failure: the child then does what `python -m` does.
+_MAIN: dict[str, tuple | None] = {}
 
 
-def _main_code(name: str) -> tuple | str | None:
+def _main_code(name: str) -> tuple | None:
+    """(spec, code) of what ``python -m name`` runs, when the zygote can find it without importing anything."""
     if name not in _MAIN:
-        try:
-            import importlib.util
+        _MAIN[name] = None
+        parts = name.split(".")
+        if all(".".join(parts[:i]) in sys.modules for i in range(1, len(parts))):
+            try:
+                import importlib.util
 
-            spec = importlib.util.find_spec(name)
-            if spec is not None and spec.submodule_search_locations is not None:  # a package: its __main__
-                spec = importlib.util.find_spec(f"{name}.__main__")
-            if spec is None:
-                _MAIN[name] = f"No module named {name}"
-            else:
-                code = spec.loader.get_code(spec.name) if spec.loader is not None else None
-                _MAIN[name] = (spec, code) if code is not None else None
-        except ImportError:  # a parent package is missing
-            _MAIN[name] = f"No module named {name}"
-        except Exception:  # noqa: BLE001 - the child's runpy raises it again, in the launch's stderr
-            _MAIN[name] = None
+                spec = importlib.util.find_spec(name)
+                if spec is not None and spec.submodule_search_locations is not None:  # a package: its __main__
+                    spec = importlib.util.find_spec(f"{name}.__main__") if name in sys.modules else None
+                code = spec.loader.get_code(spec.name) if spec is not None and spec.loader is not None else None
+                if code is not None:
+                    _MAIN[name] = (spec, code)
+            except Exception:  # noqa: BLE001 - a syntax error, a missing parent…: the child reports it as python -m
+                pass
     return _MAIN[name]
 
 
@@ -123,7 +124,7 @@ def _send(sock: socket.socket, message: Mapping) -> None:
     sock.sendall(json.dumps(message).encode() + b"\n")
 
 
-def _become(request: Mapping, zygote_pid: int, out: int, err: int, main: tuple | str | None) -> None:
+def _become(request: Mapping, zygote_pid: int, out: int, err: int, main: tuple | None) -> None:
     """In the forked child: turn this process into a fresh launch of ``request["module"]``; never returns.
     ``out``/``err`` are the launch's output files, opened by the zygote before the fork (so they exist, as with
     exec, the moment the launch is announced)."""
@@ -164,20 +165,20 @@ def _become(request: Mapping, zygote_pid: int, out: int, err: int, main: tuple |
             del sys.modules[name]
         sys.modules.pop(f"{name}.__main__", None)
         sys.argv = [name, *request["args"]]
+        module = type(sys)("__main__")
+        sys.modules["__main__"] = module  # a fresh __main__, as python -m starts with (not the zygote's own)
         try:
-            if isinstance(main, str):
-                sys.stderr.write(f"{sys.executable}: {main}\n")  # python -m's own line, exit 1
-            elif main is None:
-                runpy.run_module(name, run_name="__main__", alter_sys=True)
-            else:  # what runpy.run_module(alter_sys=True) does, with the code the zygote already compiled
+            if main is None:
+                # What `python -m` itself calls: its error lines ("No module named …", "… is a package and cannot
+                # be directly executed") and exit status 1, argv[0] the module's file.
+                runpy._run_module_as_main(name)
+            else:  # what that does on success, with the code the zygote already compiled
                 spec, main_code = main
-                module = type(sys)("__main__")
                 module.__dict__.update(__file__=spec.origin, __cached__=spec.cached, __doc__=None,
                                        __loader__=spec.loader, __package__=spec.parent, __spec__=spec)
-                sys.modules["__main__"] = module
                 sys.argv[0] = spec.origin
                 exec(main_code, module.__dict__)
-            code = 1 if isinstance(main, str) else 0
+            code = 0
         except SystemExit as exc:
             if exc.code is None:
                 code = 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import os
 import signal
+import sys
 import tempfile
 import threading
 
@@ -20,11 +21,26 @@ def test_the_rehearsal_runs_and_resumes_a_session_to_completion():
     assert warm.rehearse() == (0, 0)
 
 
-def test_the_rehearsal_leaves_no_thread_descriptor_file_environment_or_handler():
-    """What a forked launch would inherit is as it was before the rehearsal (threads, fds, files, env, signals)."""
-    before = (threading.active_count(), _fds(), dict(os.environ), signal.getsignal(signal.SIGINT),
-              signal.getsignal(signal.SIGTERM), set(glob.glob(os.path.join(tempfile.gettempdir(), "agent-warm-*"))))
+def _inherited() -> tuple:
+    cached = tempfile.tempdir
+    leftovers = set(glob.glob(os.path.join(tempfile.gettempdir(), "agent-warm-*")))
+    tempfile.tempdir = cached  # gettempdir() caches its choice: looking must not change what is looked at
+    return (threading.active_count(), _fds(), dict(os.environ), os.getcwd(), signal.getsignal(signal.SIGINT),
+            signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGCHLD), sys.stdout, sys.stderr, cached,
+            leftovers)
+
+
+def test_the_rehearsal_leaves_nothing_a_forked_launch_would_inherit():
+    """Threads, descriptors, environment, cwd, signal handlers, streams, tempfile's cached choice, files: as before."""
+    tempfile.tempdir = None  # as in a fresh zygote: the rehearsal must not leave its choice behind
+    before = _inherited()
     warm.rehearse()
-    after = (threading.active_count(), _fds(), dict(os.environ), signal.getsignal(signal.SIGINT),
-             signal.getsignal(signal.SIGTERM), set(glob.glob(os.path.join(tempfile.gettempdir(), "agent-warm-*"))))
-    assert after == before
+    assert _inherited() == before
+
+
+def test_without_a_unix_socket_the_rehearsal_still_runs(monkeypatch, tmp_path):
+    """A temporary directory whose path is too long for AF_UNIX: no checkpoint channel, the run still completes."""
+    deep = tmp_path / ("d" * 100)
+    deep.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    assert warm.rehearse() == (0, 0)
