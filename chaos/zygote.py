@@ -15,8 +15,13 @@ process's main thread). For each launch it forks one child, which becomes the ag
   environment (``os.environ`` made equal to the launch's), cwd, standard streams (``/dev/null`` and the two
   files), session and process group (``setsid``: the harness kills "the session" as for an exec'd agent);
 - the parent-death signal set again (it is cleared by fork): SIGKILL when the zygote dies;
-- the signal state of a fresh interpreter: SIGINT → ``KeyboardInterrupt``, SIGTERM/SIGCHLD default, SIGPIPE and
-  SIGXFSZ ignored (what CPython sets at start-up), no wakeup fd, an empty signal mask;
+- the signal state of an interpreter exec'd by the same parent: every disposition the zygote or its preload
+  changed is restored (SIGINT → ``KeyboardInterrupt``, SIGTERM/SIGCHLD default, SIGPIPE and SIGXFSZ ignored, what
+  the parent left ignored stays ignored), no wakeup fd, an empty signal mask; a signal sent before the child is
+  ready waits, blocked, for those dispositions;
+- forked by libc's ``fork()`` rather than ``os.fork()`` (see ``_fork``: the interpreter's after-fork work is moot
+  in a single-threaded zygote and cost ~0.5 ms of copy-on-write faults a launch), running the at-fork handlers the
+  preload registered, but the standard library's moot ones;
 - no inherited descriptor beyond 0-2 (``closerange``: the zygote's socket, pipes and whatever the preload opened),
   no inherited thread (the zygote refuses to serve when its preload left another thread running: the launcher
   falls back to exec with a one-line warning), ``random`` reseeded from the OS (ids: ``agent.session.ids`` draws
@@ -42,9 +47,12 @@ transcripts): every launch of one zygote shares its hash seed; settings read at 
 (``PYTHONPATH``, ``PYTHON*`` flags, ``PYTHONIOENCODING``) are the zygote's; ``sys.orig_argv`` and
 ``/proc/PID/cmdline`` name ``chaos.zygote``; the program's own ``atexit`` handlers and non-daemon threads do not
 run at exit (``os._exit``); the thread check counts Python threads only; the code of the module ``python -m``
-runs is compiled at its first launch (a later edit of that file is not seen, as for the preloaded modules).
+runs is compiled at its first launch (a later edit of that file is not seen, as for the preloaded modules);
+``threading.main_thread().native_id`` is the zygote's; at-fork handlers registered at interpreter start-up
+(``.pth`` files, ``sitecustomize``), before the zygote could watch, do not run.
 
-OS and interpreter facts relied on: ``fork`` copies only the calling thread (hence the single-thread check);
+OS and interpreter facts relied on: ``fork`` copies only the calling thread (hence the single-thread check), and
+a child starts with the parent's signal mask and no pending signal;
 ``PR_SET_PDEATHSIG`` is cleared in a fork child and fires when the parent *thread* exits (the zygote is single
 threaded); a pidfd (``os.pidfd_open``, Linux ≥ 5.3) can watch and signal a process that is not our child and stays
 valid across pid reuse; ``os.closerange`` uses ``close_range(2)`` where the kernel has it.
@@ -77,19 +85,151 @@ REPLY_SECONDS = 30.0
 # The zygote process (python -m chaos.zygote FD MODULE…): stdlib only, nothing of chaos imported
 
 
-_PRCTL = None  # libc's prctl, looked up once by the zygote: a child finds it resolved (dlopen + lookup: ~0.4 ms)
+_LIBC = None  # libc, opened once by the zygote: a child finds prctl resolved (dlopen + lookup: ~0.4 ms)
 
 
-def _prctl(option: int, value: int) -> bool:
-    global _PRCTL
-    if _PRCTL is None:
+def _libc():
+    global _LIBC
+    if _LIBC is None:
         try:
             import ctypes
 
-            _PRCTL = ctypes.CDLL(None, use_errno=True).prctl
-        except (OSError, AttributeError):  # not Linux
-            _PRCTL = False
-    return bool(_PRCTL) and _PRCTL(option, value, 0, 0, 0) == 0
+            _LIBC = ctypes.CDLL(None, use_errno=True)
+        except OSError:  # no dynamic libc
+            _LIBC = False
+    return _LIBC
+
+
+def _prctl(option: int, value: int) -> bool:
+    prctl = getattr(_libc(), "prctl", None)  # not Linux: none
+    return prctl is not None and prctl(option, value, 0, 0, 0) == 0
+
+
+# The standard library's at-fork handlers (every os.register_at_fork in 3.11's Lib), all moot in the zygote's fork:
+# threading's, logging's and concurrent.futures.thread's re-create locks another thread might have held at the fork
+# (the zygote has one thread, checked, and forks from its own loop, inside none of those modules); random's reseeds
+# the module's generator, which the child does itself (_become).
+MOOT_AT_FORK = frozenset({"threading", "logging", "concurrent.futures.thread", "random"})
+
+
+class _AtForkWatch:
+    """The at-fork handlers registered while the preload imports (``os.register_at_fork`` wrapped, then restored):
+    the zygote's own fork runs those of every module but the moot ones, as ``os.fork`` would (``_fork``)."""
+
+    def __init__(self):
+        self.handlers: list[tuple[str, dict]] = []  # (registering module, its keyword arguments), in order
+        self._real = os.register_at_fork
+
+    def __enter__(self) -> "_AtForkWatch":
+        real, handlers = self._real, self.handlers
+
+        def register(**kw):
+            real(**kw)  # first: its errors (a non-callable) are the caller's, as before
+            handlers.append((sys._getframe(1).f_globals.get("__name__", "?"), kw))
+
+        os.register_at_fork = register
+        return self
+
+    def __exit__(self, *exc) -> None:
+        os.register_at_fork = self._real
+
+    def kept(self) -> list[dict]:
+        return [kw for module, kw in self.handlers if module not in MOOT_AT_FORK]
+
+
+def _run_handlers(handlers: Sequence[dict], when: str) -> None:
+    """Call each handler registered for ``when``; one that raises is reported and the rest still run, as CPython
+    does for ``os.fork``'s."""
+    for kw in handlers:
+        if when in kw:
+            try:
+                kw[when]()
+            except Exception:  # noqa: BLE001 - CPython writes it as "unraisable" and goes on
+                import traceback
+
+                traceback.print_exc()
+
+
+def _fork(handlers: Sequence[dict] | None) -> int:
+    """Fork with the zygote's caught signals blocked (the child unblocks all once its dispositions are a fresh
+    interpreter's).
+
+    Blocking first makes the child start clean: ``pthread_sigmask`` runs the Python handlers of signals already
+    caught (it calls ``PyErr_CheckSignals``), then none can be caught until the fork, and a child inherits no
+    pending signal (POSIX). A signal sent to the child before it is ready waits instead of meeting the zygote's
+    handler (a SIGINT would be ignored there).
+
+    ``handlers`` (the preload's at-fork handlers but the moot ones): libc's ``fork()`` itself, running just those
+    around it, rather than ``os.fork()`` (None). ``os.fork`` wraps the fork in the interpreter's after-fork work for
+    the child — re-creating the GIL, the import lock and the thread states other threads might have left taken,
+    dropping signals caught but not yet handled, then every at-fork handler — and in a forked child that first run
+    of Python code is a run of copy-on-write faults: ~170 of the ~240 faults, ~0.8 ms, of a child that exits at once
+    (``threading._after_fork`` alone ~135). In this zygote all of that is moot: one thread, forking from its own loop
+    and holding none of those locks (ctypes releases the GIL around the call; the child takes it back from the same
+    unheld state), no signal left caught (above), and the standard library's handlers moot (``MOOT_AT_FORK``). What
+    a child then differs in: ``threading.main_thread().native_id`` keeps the zygote's thread id
+    (``threading.get_native_id()`` is right), and handlers registered at interpreter start-up, before the zygote
+    could watch (``.pth`` files, ``sitecustomize``), do not run.
+    """
+    blocked = _caught_signals()
+    signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+    pid = -1
+    try:
+        if handlers is None:
+            pid = os.fork()
+        else:
+            _run_handlers(reversed(handlers), "before")  # as CPython: the last registered first
+            pid = _libc().fork()
+            if pid < 0:
+                import ctypes
+
+                err = ctypes.get_errno()
+                _run_handlers(handlers, "after_in_parent")
+                raise OSError(err, os.strerror(err))
+            _run_handlers(handlers, "after_in_child" if pid == 0 else "after_in_parent")
+    finally:
+        if pid != 0:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, blocked)
+    return pid
+
+
+def _dispositions() -> dict[int, object]:
+    """Each signal's Python-visible disposition: SIG_DFL, SIG_IGN, a handler, or None (set outside Python)."""
+    out = {}
+    for sig in signal.valid_signals():
+        try:
+            out[sig] = signal.getsignal(sig)
+        except (ValueError, OSError):  # a number the interpreter does not handle
+            pass
+    return out
+
+
+def _signal_resets(fresh: Mapping[int, object], now: Mapping[int, object]) -> list[tuple[int, object]]:
+    """(signal, disposition) for each signal whose disposition the zygote (or its preload) changed since it
+    started: a child restores just those, to what an interpreter exec'd by the same parent starts with (SIGINT →
+    KeyboardInterrupt, SIGPIPE/SIGXFSZ ignored, and whatever the parent left ignored: exec keeps ignored
+    signals). Found once: a signal.signal() in a child costs ~50 µs of copy-on-write faults, and most never change."""
+    return [(sig, fresh[sig]) for sig, disposition in now.items()
+            if sig in fresh and fresh[sig] is not None and disposition != fresh[sig]]
+
+
+def _caught_signals() -> set[int]:
+    """SIGINT (the zygote ignores it: one meant for a child must wait for the child) and every signal with a Python
+    handler in the zygote — the few that need blocking around a fork, found once (blocking all of them and reading
+    the old mask back cost ~0.35 ms a fork: a Signals enum made for each)."""
+    global _CAUGHT
+    if _CAUGHT is None:
+        _CAUGHT = {signal.SIGINT}
+        for sig in signal.valid_signals():
+            try:
+                if callable(signal.getsignal(sig)):
+                    _CAUGHT.add(sig)
+            except (ValueError, OSError):  # a number the interpreter does not handle
+                pass
+    return _CAUGHT
+
+
+_CAUGHT: set[int] | None = None
 
 
 # What `python -m MODULE` runs, by module name: (spec, code), found and compiled once by the zygote at the module's
@@ -124,10 +264,11 @@ def _send(sock: socket.socket, message: Mapping) -> None:
     sock.sendall(json.dumps(message).encode() + b"\n")
 
 
-def _become(request: Mapping, zygote_pid: int, out: int, err: int, main: tuple | None) -> None:
+def _become(request: Mapping, zygote_pid: int, out: int, err: int, main: tuple | None,
+            resets: Sequence[tuple[int, object]]) -> None:
     """In the forked child: turn this process into a fresh launch of ``request["module"]``; never returns.
     ``out``/``err`` are the launch's output files, opened by the zygote before the fork (so they exist, as with
-    exec, the moment the launch is announced)."""
+    exec, the moment the launch is announced); ``resets`` the signal dispositions to restore."""
     code = 1
     try:
         os.setsid()
@@ -135,12 +276,8 @@ def _become(request: Mapping, zygote_pid: int, out: int, err: int, main: tuple |
         if os.getppid() != zygote_pid:  # the zygote died between fork and prctl: the signal would never come
             os._exit(1)
         signal.set_wakeup_fd(-1)
-        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM):
-            signal.signal(sig, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)  # as CPython installs it at start-up
-        signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # idem
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # idem
-        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        for sig, disposition in resets:  # the zygote's handlers (and the preload's) undone: see _signal_resets
+            signal.signal(sig, disposition)
         null = os.open(os.devnull, os.O_RDONLY)
         for fd, target in ((null, 0), (out, 1), (err, 2)):
             os.dup2(fd, target)
@@ -168,6 +305,9 @@ def _become(request: Mapping, zygote_pid: int, out: int, err: int, main: tuple |
         module = type(sys)("__main__")
         sys.modules["__main__"] = module  # a fresh __main__, as python -m starts with (not the zygote's own)
         try:
+            # Unblocked last (_fork blocked the zygote's caught signals): one sent meanwhile is delivered now, to
+            # the dispositions of a fresh interpreter (a SIGINT: KeyboardInterrupt, handled below as CPython does).
+            signal.pthread_sigmask(signal.SIG_SETMASK, [])
             if main is None:
                 # What `python -m` itself calls: its error lines ("No module named …", "… is a package and cannot
                 # be directly executed") and exit status 1, argv[0] the module's file.
@@ -260,6 +400,7 @@ def _reap(children: dict[int, int], sock: socket.socket | None = None) -> None:
 def serve(fd: int, preload: Sequence[str]) -> int:
     """The zygote's life: preload, announce, then fork one child per launch request until end-of-file."""
     parent = os.getppid()
+    fresh = _dispositions()  # before the zygote installs a handler: what an interpreter exec'd here starts with
     sock = socket.socket(fileno=fd)
     # STOP_SIGNAL, not SIGKILL, when the worker dies: the handler sweeps before exiting. (The zygote runs in a session
     # of its own, so a SIGTERM or Ctrl-C a CI runner sends to the campaign's process group does not reach it: the
@@ -286,8 +427,9 @@ def serve(fd: int, preload: Sequence[str]) -> int:
     try:
         import importlib
 
-        for name in preload:
-            importlib.import_module(name)
+        with _AtForkWatch() as watch:
+            for name in preload:
+                importlib.import_module(name)
     except BaseException as exc:  # noqa: BLE001 - any failure of the preload is the launcher's fallback reason
         _send(sock, {"fallback": f"preload {name!r} failed: {type(exc).__name__}: {exc}"})
         return 1
@@ -299,7 +441,9 @@ def serve(fd: int, preload: Sequence[str]) -> int:
         return 1
     zygote_pid = os.getpid()
     # No gc.freeze() here: measured, it made a forked launch slower (5.0 ms vs 3.7 ms to run `agent bugs`).
-    _send(sock, {"ready": zygote_pid})
+    resets = _signal_resets(fresh, _dispositions())
+    handlers = watch.kept() if getattr(_libc(), "fork", None) else None  # (no libc fork: os.fork)
+    _send(sock, {"ready": zygote_pid, "fork": "os" if handlers is None else f"libc, {len(handlers)} handler(s)"})
     buffer = b""
     try:
         while not stop:
@@ -332,14 +476,14 @@ def serve(fd: int, preload: Sequence[str]) -> int:
                         main = _main_code(request["module"])
                         for name in ("stdout", "stderr"):
                             opened.append(os.open(request[name], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
-                        pid = os.fork()
+                        pid = _fork(handlers)
                     except OSError as exc:
                         for fd in opened:
                             os.close(fd)
                         _send(sock, {"id": request["id"], "error": str(exc)})
                         continue
                     if pid == 0:
-                        _become(request, zygote_pid, *opened, main)
+                        _become(request, zygote_pid, *opened, main, resets)
                     for fd in opened:
                         os.close(fd)
                     children[pid] = request["id"]
@@ -378,6 +522,7 @@ class ZygoteLauncher:
         self.env = dict(env or {})
         self.exec = SubprocessLauncher()
         self.fallback: str | None = None
+        self.fork: str | None = None  # how the zygote forks, once it is ready
         self._status: dict[int, int] = {}  # launch id -> exit status (never by pid: pids are reused)
         self._next = 0
         self._buffer = b""
@@ -409,6 +554,8 @@ class ZygoteLauncher:
             self.fallback = "the zygote did not become ready"
         elif "fallback" in message:
             self.fallback = message["fallback"]
+        else:
+            self.fork = message.get("fork", "os")  # "libc", or "os" and why (see _fork)
         if self.fallback:
             self.close()
 

@@ -1,9 +1,10 @@
 """A module the zygote tests launch (``python -m tests.agents.fresh MODE``): it reports what a fresh process sees.
 
-Modes: ``report`` prints one JSON object (argv, the variables named in FRESH_VARS, cwd, open descriptors, signal
-dispositions, the signal mask, threads, session, parent-death signal, a random draw); ``exit N``; ``raise``;
-``interrupt`` (an uncaught KeyboardInterrupt); ``sleep S`` (with a grandchild that sleeps too, in its own process
-group, as a bash tool would).
+Modes: ``report`` prints one JSON object (argv, the variables named in FRESH_VARS, cwd, open descriptors, every
+signal's disposition, the signal mask, threads and whether a new one runs, session, parent-death signal, a random
+draw, what the at-fork preload saw); ``exit N``; ``raise``; ``interrupt`` (an uncaught KeyboardInterrupt);
+``sleep S`` (with a grandchild that sleeps too, in its own process group, as a bash tool would); ``wait S`` (sleeps,
+then exits 0).
 """
 
 from __future__ import annotations
@@ -34,15 +35,28 @@ def report() -> dict:
         "env": {k: os.environ.get(k) for k in os.environ.get("FRESH_VARS", "").split(",") if k},
         "cwd": os.getcwd(),
         "fds": sorted(int(fd) for fd in os.listdir("/proc/self/fd")),
-        "signals": {s.name: names.get(signal.getsignal(s), "other") for s in
-                    (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE, signal.SIGXFSZ, signal.SIGUSR2)},
+        "signals": {str(s): names.get(signal.getsignal(s), "other") for s in sorted(signal.valid_signals())
+                    if s not in (signal.SIGKILL, signal.SIGSTOP) and s < signal.NSIG},
         "mask": sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])),
         "threads": threading.active_count(),
+        "threading": {"current_is_main": threading.current_thread() is threading.main_thread(),
+                      "main_ident": threading.main_thread().ident == threading.get_ident(),
+                      "new_thread_runs": _thread_runs()},
+        "at_fork": getattr(sys.modules.get("tests.agents.forky_preload"), "SAW", "not imported") == os.getpid(),
         "session_leader": os.getsid(0) == os.getpid(),
         "pdeathsig": pdeath.value,
         "random": random.random(),
         "stdin_empty": sys.stdin.read() == "",
     }
+
+
+def _thread_runs() -> bool:
+    """A thread started here runs and is joined (the threading module's state is this process's own)."""
+    ran = []
+    thread = threading.Thread(target=ran.append, args=(True,))
+    thread.start()
+    thread.join(10)
+    return ran == [True] and threading.active_count() == 1
 
 
 def main(argv: list[str]) -> int:
@@ -58,6 +72,9 @@ def main(argv: list[str]) -> int:
         raise RuntimeError("boom")
     if mode == "interrupt":
         raise KeyboardInterrupt
+    if mode == "wait":
+        time.sleep(float(argv[1]))
+        return 0
     if mode == "sleep":
         subprocess.Popen(["sleep", argv[1]], start_new_session=False, process_group=0)
         sys.stdout.write(f"{os.getpid()}\n")

@@ -54,12 +54,74 @@ class TestFreshness:
             assert err.read_text() == "to stderr\n"
             seen.append(data)
         forked, execd = seen
-        for key in ("argv", "argv0", "main", "env", "signals", "mask", "threads", "session_leader", "stdin_empty",
-                    "fds"):
+        for key in ("argv", "argv0", "main", "env", "signals", "mask", "threads", "threading", "session_leader",
+                    "stdin_empty", "fds"):
             assert forked[key] == execd[key], key
+        assert zygote.fork == "libc, 0 handler(s)"  # forked by libc's fork(): the checks above hold without os.fork's
+        assert forked["threading"] == {"current_is_main": True, "main_ident": True, "new_thread_runs": True}
         assert forked["env"] == {"A": "1", "B": "two", "HOME": None}  # the launch's variables, not the zygote's
         assert forked["cwd"].endswith("ZygoteLauncher") and forked["fds"] == [0, 1, 2, 3]
         assert forked["pdeathsig"] == signal.SIGKILL  # set again after fork: it dies with the zygote
+
+    def test_a_preloads_at_fork_handler_runs_and_its_signal_handler_does_not_stay(self, tmp_path):
+        """A preload's at-fork handler runs in each child (as os.fork would run it), and a signal handler it
+        installed is undone: every disposition equals exec's."""
+        launcher = ZygoteLauncher(MODULE, ("tests.agents.forky_preload",))
+        try:
+            assert launcher.fork == "libc, 1 handler(s)"
+            seen = []
+            for each in (launcher, SubprocessLauncher()):
+                work = tmp_path / type(each).__name__
+                work.mkdir()
+                proc, out, err = launch(each, work, "report")
+                assert proc.wait(20) == 0, err.read_text()
+                proc.close()
+                seen.append(json.loads(out.read_text()))
+            forked, execd = seen
+            assert forked["at_fork"] and not execd["at_fork"]
+            assert forked["signals"] == execd["signals"]
+            assert forked["signals"][str(int(signal.SIGWINCH))] == "default"
+        finally:
+            launcher.close()
+
+    def test_the_moot_at_fork_handlers_are_all_the_standard_librarys(self):
+        """MOOT_AT_FORK names every module of this Python's standard library that registers an at-fork handler:
+        one added by a new Python must be judged before the zygote's fork skips it."""
+        import sysconfig
+
+        from chaos.zygote import MOOT_AT_FORK
+
+        lib = Path(sysconfig.get_paths()["stdlib"])
+        found = set()
+        for path in lib.rglob("*.py"):
+            rel = path.relative_to(lib)
+            if rel.parts[0] in ("test", "idlelib", "site-packages", "lib2to3") or "tests" in rel.parts:
+                continue
+            if "register_at_fork(" in path.read_text(errors="replace"):
+                parts = rel.with_suffix("").parts
+                found.add(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+        assert found == MOOT_AT_FORK
+
+    def test_a_signal_sent_at_once_waits_for_the_child_to_be_ready(self, zygote, tmp_path):
+        """A SIGINT sent as soon as the launch returns is not lost to the zygote's dispositions (it ignores SIGINT):
+        it waits, blocked, until the child's are a fresh interpreter's, and ends it as under exec."""
+        for each in (zygote, SubprocessLauncher()):
+            codes = []
+            for _ in range(5):
+                proc, _, err = launch(each, tmp_path, "wait", "20")
+                proc.send_signal(signal.SIGINT)
+                codes.append(proc.wait(20))
+                proc.close()
+            assert codes == [-signal.SIGINT] * 5, (type(each).__name__, codes)
+
+    def test_the_bundled_agents_zygote_forks_with_libc_and_runs_the_ids_handler(self):
+        """The bundled agent's preload registers one at-fork handler of its own (agent.session.ids reseeds its
+        generator): the zygote keeps it and forks with libc."""
+        launcher = ZygoteLauncher("agent", ("agent.warm",))
+        try:
+            assert launcher.fallback is None and launcher.fork == "libc, 1 handler(s)"
+        finally:
+            launcher.close()
 
     def test_two_children_do_not_share_random_state(self, zygote, tmp_path):
         """Each child reseeds random: two launches draw different numbers."""

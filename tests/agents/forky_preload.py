@@ -1,0 +1,17 @@
+"""A preload that, like many libraries, registers an at-fork handler and installs a signal handler at import (for
+tests/integration/test_zygote.py): a forked child must run the handler (``SAW`` is then the pid it ran in) and must
+not keep the signal handler (an exec'd child never had it)."""
+
+import os
+import signal
+
+SAW: int | None = None
+
+
+def _after_in_child() -> None:
+    global SAW
+    SAW = os.getpid()
+
+
+os.register_at_fork(after_in_child=_after_in_child)
+signal.signal(signal.SIGWINCH, lambda signum, frame: None)
