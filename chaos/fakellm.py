@@ -21,8 +21,9 @@ request for a position the script does not have.
 
 The server binds 127.0.0.1 and an ephemeral port only (never another address). One server may be shared by the
 cases of a worker: each case is a route ``/case/<key>/v1/chat/completions`` (``base_url(key)`` gives the agent its
-``OPENAI_BASE_URL``); ``/v1/chat/completions`` is the route of the ``default`` case. HTTP/1.1 keep-alive with Nagle
-disabled (http.server otherwise waits ~44 ms per keep-alive answer for the delayed ACK).
+``OPENAI_BASE_URL``); ``/v1/chat/completions`` is the route of the ``default`` case. Served by ``chaos.httploop`` (one
+thread; HTTP/1.1 keep-alive, Nagle disabled): the script is decided and the request recorded on that thread, a delay
+or a timeout fault waits in the loop without holding it.
 
 It does not stream, authenticate, or check tool schemas, and it does not judge the answers' effect on the agent.
 """
@@ -30,19 +31,17 @@ It does not stream, authenticate, or check tool schemas, and it does not judge t
 from __future__ import annotations
 
 import json
-import select
-import socket
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote, urlsplit
 
 from chaos.errors import ScriptedServerError
+from chaos.httploop import HttpLoop, Reply, Request
 
 if TYPE_CHECKING:  # pydantic stays out of this module's import: the scenario object is handed in ready-made
     from chaos.scenario import ProviderFault, Scenario, Turn, Usage
@@ -288,72 +287,15 @@ class _Route:
             return self.counts[position]
 
 
-class _HTTPServer(ThreadingHTTPServer):
-    daemon_threads = True  # a handler held by a timeout fault must never keep the harness alive
-    request_queue_size = 128  # a worker's cases may connect in bursts
-    owner: ScriptedServer
-
-    def handle_error(self, request, client_address) -> None:
-        """A client SIGKILLed mid-request (the harness's own doing) resets its connection: not an error worth a
-        traceback on the campaign's terminal. Anything else is reported as socketserver does."""
-        import sys
-
-        if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
-            return
-        super().handle_error(request, client_address)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"  # keep-alive
-    disable_nagle_algorithm = True
-    server: _HTTPServer
-
-    def setup(self) -> None:
-        super().setup()
-        self.server.owner._connections_add(self.connection)
-
-    def finish(self) -> None:
-        try:
-            super().finish()
-        finally:
-            self.server.owner._connections_discard(self.connection)
-
-    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-        self.server.owner._handle(self)
-
-    def do_GET(self) -> None:  # noqa: N802
-        _send_json(self, 404, _error_body("only POST …/v1/chat/completions is served", "invalid_request_error", None))
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the request log is the record
-        pass
-
-
-def _send_json(handler: BaseHTTPRequestHandler, status: int, body: dict | str,
-               headers: dict[str, str] | None = None) -> None:
-    data = (body if isinstance(body, str) else json.dumps(body, ensure_ascii=False)).encode("utf-8")
-    handler.send_response(status)
-    handler.send_header("Content-Type", "application/json")
-    handler.send_header("Content-Length", str(len(data)))
-    for name, value in (headers or {}).items():
-        handler.send_header(name, value)
-    handler.end_headers()
-    handler.wfile.write(data)
-    handler.wfile.flush()
-
-
-def _drop(handler: BaseHTTPRequestHandler) -> None:
-    """Close the connection without a response (the client sees the peer close before any status line)."""
-    handler.close_connection = True
-    try:
-        handler.connection.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
-
-
 _HTTP_FAULT = {
     429: ("rate_limit_error", "rate_limit_exceeded", "Rate limit reached (scripted fault)"),
     400: ("invalid_request_error", "bad_request", "Bad request (scripted fault)"),
 }
+
+
+def _json_reply(status: int, body: dict | str, headers: dict[str, str] | None = None, **kw: Any) -> Reply:
+    data = (body if isinstance(body, str) else json.dumps(body, ensure_ascii=False)).encode("utf-8")
+    return Reply(status, data, headers, **kw)
 
 
 class ScriptedServer:
@@ -366,45 +308,26 @@ class ScriptedServer:
     def __init__(self) -> None:
         self._routes: dict[str, _Route] = {}
         self._lock = threading.Lock()
-        self._connections: set[socket.socket] = set()
-        self._httpd: _HTTPServer | None = None
-        self._thread: threading.Thread | None = None
-        self._stopping = threading.Event()
+        self._loop: HttpLoop | None = None
         self.unrouted: list[RecordedRequest] = []  # requests to a path or case the server does not know
 
     # -- lifecycle
     def start(self) -> ScriptedServer:
         """Bind 127.0.0.1 on an ephemeral port and serve in a background thread."""
-        if self._httpd is not None:
+        if self._loop is not None:
             raise ScriptedServerError("the scripted server is already started")
-        httpd = _HTTPServer((HOST, 0), _Handler)
-        httpd.owner = self
-        self._httpd = httpd
-        # A short poll interval: shutdown() waits for the serve loop to notice, and cases stop servers often.
-        self._thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name=f"scripted-model-{self.port}", daemon=True)
-        self._thread.start()
+        self._loop = HttpLoop(HOST, self._respond, name="scripted-model").start()
         return self
 
     def stop(self) -> None:
         """Stop serving, release held requests and close every connection. Idempotent."""
-        httpd, self._httpd = self._httpd, None
-        if httpd is None:
+        loop, self._loop = self._loop, None
+        if loop is None:
             return
-        self._stopping.set()
         with self._lock:
             for route in self._routes.values():
                 route.closed.set()
-            connections = list(self._connections)
-        httpd.shutdown()
-        httpd.server_close()
-        for conn in connections:  # idle keep-alive connections would otherwise keep their handler threads reading
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-        if self._thread is not None:
-            self._thread.join()
+        loop.stop()
 
     def __enter__(self) -> ScriptedServer:
         return self.start()
@@ -415,9 +338,14 @@ class ScriptedServer:
     @property
     def port(self) -> int:
         """The bound port (only while started)."""
-        if self._httpd is None:
+        return self.address[1]
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """The bound (host, port) (only while started)."""
+        if self._loop is None:
             raise ScriptedServerError("the scripted server is not started")
-        return self._httpd.server_address[1]
+        return self._loop.address
 
     # -- cases
     def add_case(self, key: str, scenario: Scenario, *, log_path: str | Path | None = None,
@@ -439,6 +367,8 @@ class ScriptedServer:
         if route is None:
             raise ScriptedServerError(f"case {key!r} is not served")
         route.closed.set()
+        if self._loop is not None:
+            self._loop.wake()  # a request it holds is dropped now
         with route.lock:
             return list(route.records)
 
@@ -463,14 +393,6 @@ class ScriptedServer:
             raise ScriptedServerError(f"case {key!r} is not served")
         return route
 
-    def _connections_add(self, conn: socket.socket) -> None:
-        with self._lock:
-            self._connections.add(conn)
-
-    def _connections_discard(self, conn: socket.socket) -> None:
-        with self._lock:
-            self._connections.discard(conn)
-
     # -- one request
     @staticmethod
     def _route_key(path: str) -> str | None:
@@ -483,29 +405,30 @@ class ScriptedServer:
             return unquote(parts[2])
         return None
 
-    def _handle(self, handler: _Handler) -> None:
+    def _respond(self, request: Request) -> Reply:
+        """What the loop answers to one request (on the loop's thread)."""
         now, mono = time.time(), time.monotonic()
-        length = handler.headers.get("Content-Length")
-        if length is None or not length.isdigit() or int(length) > MAX_BODY_BYTES:
-            handler.close_connection = True
-            _send_json(handler, 411, _error_body("a Content-Length (at most 64 MiB) is required",
-                                                 "invalid_request_error", None))
-            return
-        raw = handler.rfile.read(int(length))
+        if request.method != "POST":
+            status = 404 if request.method == "GET" else 501
+            return _json_reply(status, _error_body("only POST …/v1/chat/completions is served",
+                                                   "invalid_request_error", None))
+        if len(request.body) > MAX_BODY_BYTES:
+            return _json_reply(411, _error_body("a Content-Length (at most 64 MiB) is required",
+                                                "invalid_request_error", None), close=True)
+        raw = request.body
         try:
             body: Any = json.loads(raw)
         except (UnicodeDecodeError, json.JSONDecodeError):
             body = None
-        key = self._route_key(handler.path)
+        key = self._route_key(request.path)
         with self._lock:
             route = self._routes.get(key) if key is not None else None
         if route is None:
-            message = f"no scripted case is served at {handler.path!r}"
+            message = f"no scripted case is served at {request.path!r}"
             with self._lock:
-                self.unrouted.append(RecordedRequest(key or "", len(self.unrouted) + 1, now, mono, handler.path, body,
-                                                     None, None, None, "no-route", 404, message))
-            _send_json(handler, 404, _error_body(message, "invalid_request_error", "no_route"))
-            return
+                self.unrouted.append(RecordedRequest(key or "", len(self.unrouted) + 1, now, mono, request.path,
+                                                     body, None, None, None, "no-route", 404, message))
+            return _json_reply(404, _error_body(message, "invalid_request_error", "no_route"))
         if body is None:
             decision = _reject("bad-request", "the request body is not JSON")
             body = raw.decode("utf-8", errors="replace")
@@ -526,48 +449,30 @@ class ScriptedServer:
             status = {"http": fault.status, "delay": 200, "malformed": 200}.get(fault.kind)
         # Recorded before answering: a drop or a hang must still leave its evidence, and the agent may be killed
         # while it waits.
-        route.record(time=now, monotonic=mono, path=handler.path, body=body, run=decision.run, turn=decision.turn,
+        route.record(time=now, monotonic=mono, path=request.path, body=body, run=decision.run, turn=decision.turn,
                      attempt=attempt, kind=kind, status=status, finding=decision.finding)
 
         if fault is None:
-            _send_json(handler, decision.status, decision.body)
-        elif fault.kind == "http":
+            return _json_reply(decision.status, decision.body)
+        if fault.kind == "http":
             assert fault.status is not None
             kind_name, code, message = _HTTP_FAULT.get(
                 fault.status, ("server_error" if fault.status >= 500 else "invalid_request_error", None,
                                f"HTTP {fault.status} (scripted fault)"))
             headers = {"Retry-After": "1"} if fault.status == 429 else None
-            _send_json(handler, fault.status, _error_body(message, kind_name, code), headers)
-        elif fault.kind == "delay":
+            return _json_reply(fault.status, _error_body(message, kind_name, code), headers)
+        if fault.kind == "delay":
             assert fault.seconds is not None
-            if route.closed.wait(fault.seconds):
-                _drop(handler)
-            else:
-                _send_json(handler, decision.status, decision.body)
-        elif fault.kind == "timeout":
-            self._hold(handler, route, fault.seconds or MAX_HANG_SECONDS)
-            _drop(handler)
-        elif fault.kind == "drop":
-            _drop(handler)
-        else:  # malformed
-            _send_json(handler, 200, fault.body if fault.body is not None else DEFAULT_MALFORMED_BODY)
-
-    def _hold(self, handler: _Handler, route: _Route, seconds: float) -> None:
-        """Hold a request unanswered until ``seconds`` pass, the client closes its end, or the case/server ends."""
-        deadline = time.monotonic() + seconds
-        sock = handler.connection
-        while not route.closed.is_set():
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return
-            readable, _, _ = select.select([sock], [], [], min(remaining, 0.05))
-            if readable:
-                try:
-                    if not sock.recv(1, socket.MSG_PEEK):
-                        return  # the client gave up (its request timeout): nothing left to hold
-                except OSError:
-                    return
-                time.sleep(0.05)  # a pipelined request is waiting: keep holding without spinning
+            # Answered after the delay, unless the case ends first: then the connection is dropped.
+            return _json_reply(decision.status, decision.body, after=mono + fault.seconds,
+                               released=route.closed.is_set)
+        if fault.kind == "timeout":
+            # Held unanswered until the seconds pass, the client gives up, or the case/server ends; then dropped.
+            return Reply(None, hold_until=mono + (fault.seconds or MAX_HANG_SECONDS), released=route.closed.is_set)
+        if fault.kind == "drop":
+            return Reply(None)  # closed before any response: the client sees the peer close
+        # malformed
+        return _json_reply(200, fault.body if fault.body is not None else DEFAULT_MALFORMED_BODY)
 
 
 @contextmanager

@@ -395,4 +395,4 @@ class TestRoutes:
         with ScriptedServer() as server:
             with socket.create_connection((HOST, server.port), timeout=5):
                 pass
-            assert server._httpd.server_address[0] == "127.0.0.1"
+            assert server.address[0] == "127.0.0.1"
