@@ -316,7 +316,7 @@ class ScriptedServer:
         """Bind 127.0.0.1 on an ephemeral port and serve in a background thread."""
         if self._loop is not None:
             raise ScriptedServerError("the scripted server is already started")
-        self._loop = HttpLoop(HOST, self._respond, name="scripted-model").start()
+        self._loop = HttpLoop(HOST, self._respond, name="scripted-model", max_body=MAX_BODY_BYTES).start()
         return self
 
     def stop(self) -> None:
@@ -367,8 +367,9 @@ class ScriptedServer:
         if route is None:
             raise ScriptedServerError(f"case {key!r} is not served")
         route.closed.set()
-        if self._loop is not None:
-            self._loop.wake()  # a request it holds is dropped now
+        loop = self._loop  # once: stop() may clear it meanwhile
+        if loop is not None:
+            loop.wake()  # a request it holds is dropped now
         with route.lock:
             return list(route.records)
 
@@ -412,9 +413,6 @@ class ScriptedServer:
             status = 404 if request.method == "GET" else 501
             return _json_reply(status, _error_body("only POST …/v1/chat/completions is served",
                                                    "invalid_request_error", None))
-        if len(request.body) > MAX_BODY_BYTES:
-            return _json_reply(411, _error_body("a Content-Length (at most 64 MiB) is required",
-                                                "invalid_request_error", None), close=True)
         raw = request.body
         try:
             body: Any = json.loads(raw)

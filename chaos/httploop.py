@@ -13,7 +13,11 @@ are not (411). HTTP/1.1 connections are kept alive unless the request says ``Con
 after each answer). What to answer is the ``respond`` callback's (``Reply``): bytes at once, bytes not before a time
 (a delay), nothing then a close (a drop), or nothing until a deadline, the client's close or a release (a hold,
 then a drop). Requests of one connection are answered in order; one that waits holds the connection's later ones.
-A malformed request line or header block gets 400 and a close; a head over 64 KiB, 431 and a close.
+A malformed request line or header block (a folded header, two Content-Lengths that disagree) gets 400 and a close;
+a head over 64 KiB, 431; a Content-Length over ``max_body``, 413 before any of the body is read; each with a close.
+A defect met on one connection (``respond`` raised) is a traceback on stderr and a 500 with a close for that
+connection; the loop serves every other on. A HEAD request gets the head of its answer only. A client that closes its
+end is never read again (its socket would always be ready): what it asked is answered, then the connection closed.
 
 Loopback only is the caller's choice of ``host``; TCP_NODELAY is set on every connection (a delayed ACK would
 otherwise stall each keep-alive answer ~40 ms).
@@ -27,7 +31,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http import HTTPStatus
 
 MAX_HEAD_BYTES = 64 * 1024
@@ -86,13 +90,14 @@ def _error(status: int, message: str) -> bytes:
 @dataclass(eq=False)  # compared and hashed by identity: kept in a set
 class _Conn:
     sock: socket.socket
-    inbuf: bytes = b""
+    inbuf: bytearray = field(default_factory=bytearray)  # bytearray: appending a chunk does not copy the rest
     out: bytes = b""
     close_after: bool = False  # close once ``out`` is sent
     waiting: Reply | None = None  # a reply not sent yet (delay or hold); later requests wait behind it
     continued: bool = False  # "100 Continue" sent for the request in ``inbuf``
-    eof: bool = False  # the client closed its end
-    writing: bool = False  # registered for EVENT_WRITE (``out`` did not fit in the socket buffer)
+    eof: bool = False  # the client closed its end: never watched for reading again (it would always be ready)
+    head: bool = False  # the waiting reply answers a HEAD request: its head only
+    events: int = selectors.EVENT_READ  # what the selector watches it for (0: not registered)
     closed: bool = False
 
 
@@ -103,8 +108,10 @@ class HttpLoop:
     re-check the waiting replies' ``released`` at once. ``stop()`` closes every connection (a waiting request's
     client sees the close) and joins the thread."""
 
-    def __init__(self, host: str, respond: Callable[[Request], Reply], *, name: str = "http-loop"):
+    def __init__(self, host: str, respond: Callable[[Request], Reply], *, name: str = "http-loop",
+                 max_body: int = 64 * 1024 * 1024):
         self.respond = respond
+        self.max_body = max_body  # a larger Content-Length is refused (413) before any of the body is read
         self._listener = socket.create_server((host, 0))
         self._listener.setblocking(False)
         self._wake_r, self._wake_w = socket.socketpair()
@@ -155,10 +162,13 @@ class HttpLoop:
                             pass
                     else:
                         conn = key.data
-                        if events & selectors.EVENT_READ and not conn.closed:
-                            self._on_read(conn)
-                        if events & selectors.EVENT_WRITE and not conn.closed:
-                            self._flush(conn)
+                        try:
+                            if events & selectors.EVENT_READ and not conn.closed:
+                                self._on_read(conn)
+                            if events & selectors.EVENT_WRITE and not conn.closed:
+                                self._flush(conn)
+                        except Exception:  # noqa: BLE001 - a defect met on one connection ends it, not the server
+                            self._failed(conn)
                 self._check_waiting()
         finally:
             self._close_all()
@@ -176,7 +186,8 @@ class HttpLoop:
                 sock, _ = self._listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError:  # e.g. out of descriptors: the client sees its connection fail
+            except OSError:  # out of descriptors: the connection waits in the backlog (no spinning meanwhile)
+                time.sleep(0.01)
                 return
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -196,6 +207,7 @@ class HttpLoop:
             if conn.waiting is not None and conn.waiting.hold_until is not None:
                 self._close(conn)  # a held request's client gave up: nothing left to hold
                 return
+            self._watch(conn)
         conn.inbuf += data
         self._process(conn)
         if conn.eof and not conn.closed and conn.waiting is None:
@@ -207,35 +219,44 @@ class HttpLoop:
     def _process(self, conn: _Conn) -> None:
         """Answer the complete requests in ``conn.inbuf``, in order, until one must wait."""
         while conn.waiting is None and not conn.closed and not conn.close_after:
-            head_end = conn.inbuf.find(b"\r\n\r\n")
+            head_end, start = _head_end(conn.inbuf)
             if head_end < 0:
                 if len(conn.inbuf) > MAX_HEAD_BYTES:
                     self._send(conn, _error(431, "request head over 64 KiB"), close=True)
                 return
-            request = _parse_head(conn.inbuf[:head_end])
+            request = _parse_head(bytes(conn.inbuf[:head_end]))
             if request is None:
                 self._send(conn, _error(400, "malformed request line or header"), close=True)
                 return
             length = request.headers.get("content-length")
             if length is None and request.method in ("GET", "HEAD", "DELETE", "OPTIONS"):
                 length = "0"
-            if length is None or not length.isdigit() or "transfer-encoding" in request.headers:
+            # isascii: str.isdigit also accepts digits int() refuses ("²").
+            if length is None or not (length.isascii() and length.isdigit()) or "transfer-encoding" in request.headers:
                 self._send(conn, _error(411, "a Content-Length is required"), close=True)
                 return
             size = int(length)
-            start = head_end + 4
+            if size > self.max_body:
+                self._send(conn, _error(413, f"a body over {self.max_body} bytes"), close=True)
+                return
             if len(conn.inbuf) - start < size:
                 if not conn.continued and request.headers.get("expect", "").lower() == "100-continue":
                     conn.continued = True
                     self._send(conn, _CONTINUE)
                 return
-            request.body = conn.inbuf[start:start + size]
-            conn.inbuf = conn.inbuf[start + size:]
+            request.body = bytes(conn.inbuf[start:start + size])
+            del conn.inbuf[:start + size]
             conn.continued = False
-            reply = self.respond(request)
+            try:
+                reply = self.respond(request)
+            except Exception:  # noqa: BLE001 - a defect of the caller's: one request fails, not the server
+                # As socketserver reports a handler's exception: a traceback on stderr, the rest served on.
+                self._failed(conn)
+                return
             keep = request.version == "HTTP/1.1" and request.headers.get("connection", "").lower() != "close"
             if not keep:
                 reply.close = True
+            conn.head = request.method == "HEAD"
             if reply.after is not None or reply.hold_until is not None:
                 conn.waiting = reply
                 self._check_waiting()
@@ -263,8 +284,24 @@ class HttpLoop:
                     self._answer(conn, reply)
                     self._process(conn)  # requests that arrived meanwhile
 
+    def _failed(self, conn: _Conn) -> None:
+        """A defect met while serving ``conn`` (``respond`` raised, say): as socketserver reports a handler's
+        exception, a traceback on stderr; that connection gets 500 and a close, every other is served on."""
+        import traceback
+
+        traceback.print_exc()
+        if not conn.closed:
+            conn.waiting = None
+            try:
+                self._send(conn, _error(500, "the server failed on this request"), close=True)
+            except Exception:  # noqa: BLE001 - it cannot even be answered: closed
+                self._close(conn)
+
     def _answer(self, conn: _Conn, reply: Reply) -> None:
-        self._send(conn, response(reply.status, reply.body, reply.headers, close=reply.close), close=reply.close)
+        data = response(reply.status, reply.body, reply.headers, close=reply.close)
+        if conn.head:  # HEAD: the head of the answer only (its Content-Length says what a GET would carry)
+            data = data[:data.index(b"\r\n\r\n") + 4]
+        self._send(conn, data, close=reply.close)
 
     def _send(self, conn: _Conn, data: bytes, *, close: bool = False) -> None:
         conn.out += data
@@ -281,11 +318,22 @@ class HttpLoop:
                 self._close(conn)
                 return
             conn.out = conn.out[sent:]
-        if bool(conn.out) != conn.writing:
-            conn.writing = bool(conn.out)
-            self._sel.modify(conn.sock, selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.writing else 0), conn)
+        self._watch(conn)
         if not conn.out and conn.close_after:
             self._close(conn)
+
+    def _watch(self, conn: _Conn) -> None:
+        """Watch ``conn`` for reading until its client's end is closed, and for writing while ``out`` waits."""
+        events = (0 if conn.eof else selectors.EVENT_READ) | (selectors.EVENT_WRITE if conn.out else 0)
+        if events == conn.events:
+            return
+        if conn.events == 0:
+            self._sel.register(conn.sock, events, conn)
+        elif events == 0:
+            self._sel.unregister(conn.sock)
+        else:
+            self._sel.modify(conn.sock, events, conn)
+        conn.events = events
 
     def _close(self, conn: _Conn) -> None:
         """Close without a further answer: the client sees the end of the connection (a drop, a released hold)."""
@@ -294,10 +342,9 @@ class HttpLoop:
         conn.closed = True
         conn.waiting = None
         self._conns.discard(conn)
-        try:
+        if conn.events:
             self._sel.unregister(conn.sock)
-        except (KeyError, ValueError):
-            pass
+            conn.events = 0
         try:
             conn.sock.shutdown(socket.SHUT_RDWR)
         except OSError:
@@ -316,13 +363,20 @@ class HttpLoop:
         self._sel.close()
 
 
+def _head_end(buf: bytearray) -> tuple[int, int]:
+    """(where the head ends, where the body starts), or (-1, -1) while the head is incomplete. Lines may end in
+    CRLF or, as http.server also accepts, a bare LF."""
+    crlf, lf = buf.find(b"\r\n\r\n"), buf.find(b"\n\n")
+    if crlf >= 0 and (lf < 0 or crlf < lf):
+        return crlf, crlf + 4
+    return (lf, lf + 2) if lf >= 0 else (-1, -1)
+
+
 def _parse_head(head: bytes) -> Request | None:
-    """The request line and headers, or None when they are malformed."""
-    try:
-        text = head.decode("latin-1")
-    except UnicodeDecodeError:  # latin-1 decodes every byte; kept for clarity
-        return None
-    lines = text.split("\r\n")
+    """The request line and headers, or None when they are malformed: a request line that is not METHOD PATH
+    HTTP/1.x, a header line without a name and a colon, a folded header (obsolete: RFC 9112 §5.2 lets a server
+    refuse it), two Content-Lengths that disagree."""
+    lines = [line[:-1] if line.endswith("\r") else line for line in head.decode("latin-1").split("\n")]
     parts = lines[0].split(" ")
     if len(parts) != 3 or not parts[0].isalpha() or not parts[1] or parts[2] not in ("HTTP/1.0", "HTTP/1.1"):
         return None
@@ -331,5 +385,8 @@ def _parse_head(head: bytes) -> Request | None:
         name, sep, value = line.partition(":")
         if not sep or not name or name != name.strip():
             return None
-        headers[name.lower()] = value.strip()
+        name, value = name.lower(), value.strip()
+        if name == "content-length" and headers.get(name, value) != value:
+            return None
+        headers[name] = value
     return Request(parts[0], parts[1], parts[2], headers, b"")

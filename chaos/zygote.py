@@ -144,20 +144,21 @@ def _run_handlers(handlers: Sequence[dict], when: str) -> None:
         if when in kw:
             try:
                 kw[when]()
-            except Exception:  # noqa: BLE001 - CPython writes it as "unraisable" and goes on
+            except BaseException:  # noqa: BLE001 - CPython writes any of it as "unraisable" and goes on (a
+                # SystemExit escaping into a child would run the zygote's sweep there and kill every other agent)
                 import traceback
 
                 traceback.print_exc()
 
 
-def _fork(handlers: Sequence[dict] | None) -> int:
-    """Fork with the zygote's caught signals blocked (the child unblocks all once its dispositions are a fresh
-    interpreter's).
+def _fork(handlers: Sequence[dict] | None, blocked: set[int]) -> int:
+    """Fork with ``blocked`` (the zygote's disposed signals, ``_blocked_signals``) blocked; the child unblocks every
+    signal once its dispositions are those of an exec'd interpreter.
 
     Blocking first makes the child start clean: ``pthread_sigmask`` runs the Python handlers of signals already
     caught (it calls ``PyErr_CheckSignals``), then none can be caught until the fork, and a child inherits no
     pending signal (POSIX). A signal sent to the child before it is ready waits instead of meeting the zygote's
-    handler (a SIGINT would be ignored there).
+    disposition (a SIGINT would be ignored there).
 
     ``handlers`` (the preload's at-fork handlers but the moot ones): libc's ``fork()`` itself, running just those
     around it, rather than ``os.fork()`` (None). ``os.fork`` wraps the fork in the interpreter's after-fork work for
@@ -165,21 +166,22 @@ def _fork(handlers: Sequence[dict] | None) -> int:
     dropping signals caught but not yet handled, then every at-fork handler — and in a forked child that first run
     of Python code is a run of copy-on-write faults: ~170 of the ~240 faults, ~0.8 ms, of a child that exits at once
     (``threading._after_fork`` alone ~135). In this zygote all of that is moot: one thread, forking from its own loop
-    and holding none of those locks (ctypes releases the GIL around the call; the child takes it back from the same
-    unheld state), no signal left caught (above), and the standard library's handlers moot (``MOOT_AT_FORK``). What
-    a child then differs in: ``threading.main_thread().native_id`` keeps the zygote's thread id
-    (``threading.get_native_id()`` is right), and handlers registered at interpreter start-up, before the zygote
-    could watch (``.pth`` files, ``sitecustomize``), do not run.
+    and holding none of those locks, no signal left caught (above), and the standard library's handlers moot
+    (``MOOT_AT_FORK``). fork() is called through ``ctypes.PyDLL``, which keeps the GIL, as ``os.fork`` does: were
+    it released around the call (``CDLL``), a native thread the thread check cannot see could take it, and the child
+    would inherit a GIL held by a thread it does not have. What a child then differs in:
+    ``threading.main_thread().native_id`` keeps the zygote's thread id (``threading.get_native_id()`` is right), no
+    ``os.fork`` audit event is raised, and handlers registered at interpreter start-up, before the zygote could
+    watch (``.pth`` files, ``sitecustomize``), do not run.
     """
-    blocked = _caught_signals()
-    signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
     pid = -1
     try:
+        _sigmask(signal.SIG_BLOCK, blocked)
         if handlers is None:
             pid = os.fork()
         else:
             _run_handlers(reversed(handlers), "before")  # as CPython: the last registered first
-            pid = _libc().fork()
+            pid = _fork_function()()
             if pid < 0:
                 import ctypes
 
@@ -189,8 +191,32 @@ def _fork(handlers: Sequence[dict] | None) -> int:
             _run_handlers(handlers, "after_in_child" if pid == 0 else "after_in_parent")
     finally:
         if pid != 0:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, blocked)
+            _sigmask(signal.SIG_UNBLOCK, blocked)  # the zygote blocks nothing else: unblocking restores its mask
     return pid
+
+
+def _sigmask(how: int, signals: set[int]) -> None:
+    """pthread_sigmask, whose change stands even when a Python handler it runs raises (reported, not raised: a
+    launch must not be lost, nor the zygote's mask left changed, to a preload's faulty handler)."""
+    try:
+        signal.pthread_sigmask(how, signals)
+    except Exception:  # noqa: BLE001 - the handler's exception, raised after the mask was set
+        import traceback
+
+        traceback.print_exc()
+
+
+_FORK = None
+
+
+def _fork_function():
+    """libc's fork through ``ctypes.PyDLL`` (the GIL stays held during the call), looked up once."""
+    global _FORK
+    if _FORK is None:
+        import ctypes
+
+        _FORK = ctypes.PyDLL(None, use_errno=True).fork
+    return _FORK
 
 
 def _dispositions() -> dict[int, object]:
@@ -213,23 +239,21 @@ def _signal_resets(fresh: Mapping[int, object], now: Mapping[int, object]) -> li
             if sig in fresh and fresh[sig] is not None and disposition != fresh[sig]]
 
 
-def _caught_signals() -> set[int]:
-    """SIGINT (the zygote ignores it: one meant for a child must wait for the child) and every signal with a Python
-    handler in the zygote — the few that need blocking around a fork, found once (blocking all of them and reading
-    the old mask back cost ~0.35 ms a fork: a Signals enum made for each)."""
-    global _CAUGHT
-    if _CAUGHT is None:
-        _CAUGHT = {signal.SIGINT}
-        for sig in signal.valid_signals():
-            try:
-                if callable(signal.getsignal(sig)):
-                    _CAUGHT.add(sig)
-            except (ValueError, OSError):  # a number the interpreter does not handle
-                pass
-    return _CAUGHT
+def _blocked_signals(resets: Sequence[tuple[int, object]]) -> set[int]:
+    """What ``_fork`` blocks: SIGINT, every signal with a Python handler in the zygote, and every signal whose
+    disposition a child restores (one the preload ignores, say: under exec it would act at once). The few that
+    matter, found once: blocking all and reading the old mask back cost ~0.35 ms a fork (a Signals enum for each)."""
+    blocked = {signal.SIGINT, *(sig for sig, _ in resets)}
+    for sig in signal.valid_signals():
+        try:
+            if callable(signal.getsignal(sig)):
+                blocked.add(sig)
+        except (ValueError, OSError):  # a number the interpreter does not handle
+            pass
+    return blocked
 
 
-_CAUGHT: set[int] | None = None
+
 
 
 # What `python -m MODULE` runs, by module name: (spec, code), found and compiled once by the zygote at the module's
@@ -442,7 +466,10 @@ def serve(fd: int, preload: Sequence[str]) -> int:
     zygote_pid = os.getpid()
     # No gc.freeze() here: measured, it made a forked launch slower (5.0 ms vs 3.7 ms to run `agent bugs`).
     resets = _signal_resets(fresh, _dispositions())
+    blocked = _blocked_signals(resets)
     handlers = watch.kept() if getattr(_libc(), "fork", None) else None  # (no libc fork: os.fork)
+    if handlers is not None:
+        _fork_function()
     _send(sock, {"ready": zygote_pid, "fork": "os" if handlers is None else f"libc, {len(handlers)} handler(s)"})
     buffer = b""
     try:
@@ -476,7 +503,7 @@ def serve(fd: int, preload: Sequence[str]) -> int:
                         main = _main_code(request["module"])
                         for name in ("stdout", "stderr"):
                             opened.append(os.open(request[name], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
-                        pid = _fork(handlers)
+                        pid = _fork(handlers, blocked)
                     except OSError as exc:
                         for fd in opened:
                             os.close(fd)

@@ -1,6 +1,6 @@
-"""A preload that, like many libraries, registers an at-fork handler and installs a signal handler at import (for
+"""A preload that, like many libraries, registers an at-fork handler and changes signal dispositions at import (for
 tests/integration/test_zygote.py): a forked child must run the handler (``SAW`` is then the pid it ran in) and must
-not keep the signal handler (an exec'd child never had it)."""
+not keep the SIGWINCH handler or the ignored SIGUSR1 (an exec'd child never had them)."""
 
 import os
 import signal
@@ -15,3 +15,4 @@ def _after_in_child() -> None:
 
 os.register_at_fork(after_in_child=_after_in_child)
 signal.signal(signal.SIGWINCH, lambda signum, frame: None)
+signal.signal(signal.SIGUSR1, signal.SIG_IGN)

@@ -84,6 +84,34 @@ class TestFreshness:
         finally:
             launcher.close()
 
+    def test_a_signal_the_preload_ignores_acts_at_once_as_under_exec(self, tmp_path):
+        """SIGUSR1, which the preload ignores, sent as soon as the launch returns: it waits, blocked, for the
+        child's default disposition and ends it, as it ends an exec'd one."""
+        launcher = ZygoteLauncher(MODULE, ("tests.agents.forky_preload",))
+        try:
+            for each in (launcher, SubprocessLauncher()):
+                proc, _, _ = launch(each, tmp_path, "wait", "20")
+                proc.send_signal(signal.SIGUSR1)
+                assert proc.wait(20) == -signal.SIGUSR1, type(each).__name__
+                proc.close()
+        finally:
+            launcher.close()
+
+    def test_an_at_fork_handler_that_exits_never_reaches_the_zygotes_loop(self, tmp_path):
+        """A preload's after-fork handler raising SystemExit is reported and the child goes on (as os.fork does);
+        it never unwinds into the zygote's loop, whose sweep would kill every other running agent."""
+        launcher = ZygoteLauncher(MODULE, ("tests.agents.exiting_fork_preload",))
+        try:
+            first, _, _ = launch(launcher, tmp_path, "wait", "30")
+            second, out, err = launch(launcher, tmp_path, "report")
+            assert second.wait(20) == 0, err.read_text()
+            assert json.loads(out.read_text())["threads"] == 1
+            assert first.poll() is None  # still running: not swept by a child gone astray
+            first.kill_session()
+            assert first.wait(10) == -signal.SIGKILL
+        finally:
+            launcher.close()
+
     def test_the_moot_at_fork_handlers_are_all_the_standard_librarys(self):
         """MOOT_AT_FORK names every module of this Python's standard library that registers an at-fork handler:
         one added by a new Python must be judged before the zygote's fork skips it."""

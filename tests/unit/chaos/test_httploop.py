@@ -132,6 +132,10 @@ class TestBadRequests:
         (b"POST /p HTTP/1.1\r\nContent-Length: x\r\n\r\n", 411),
         (b"POST /p HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", 411),
         (b"POST /p HTTP/1.1\r\nX: " + b"y" * (70 << 10), 431),
+        (b"POST /p HTTP/1.1\r\nContent-Length: \xb2\r\n\r\n", 411),
+        (b"POST /p HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nabc", 400),
+        (b"POST /p HTTP/1.1\r\nX: a\r\n  folded\r\nContent-Length: 0\r\n\r\n", 400),
+        (b"POST /p HTTP/1.1\r\nContent-Length: 99999999999\r\n\r\n", 413),
     ])
     def test_a_bad_request_gets_its_status_and_a_close(self, loop, raw, status):
         """Malformed heads, a missing length, a head over 64 KiB: one JSON error, then the close."""
@@ -142,6 +146,51 @@ class TestBadRequests:
             data = read_all(sock)
         assert data.split(b"\r\n", 1)[0].split()[1] == str(status).encode()
         assert b'"error"' in data and answered == []
+
+    def test_a_request_the_callback_fails_on_gets_500_and_the_loop_serves_on(self, loop, capsys):
+        """An exception in respond() is one 500 and a traceback on stderr; the next connection is served."""
+        def respond(request: Request) -> Reply:
+            if request.path == "/boom":
+                raise RuntimeError("boom")
+            return echo(request)
+
+        server = loop(respond)
+        with connect(server) as sock:
+            sock.sendall(post("/boom"))
+            assert read_all(sock).startswith(b"HTTP/1.1 500 ")
+        with connect(server) as sock:
+            sock.sendall(post("/ok"))
+            assert read_responses(sock, 1) == [(200, b"POST /ok hi")]
+        assert "RuntimeError: boom" in capsys.readouterr().err
+
+    def test_a_bad_length_does_not_stop_the_server(self, loop):
+        """A Content-Length str.isdigit accepts but int() refuses ("²", byte B2 in the latin-1 of a head) is 411 for
+        that connection; the next is served (it used to end the loop's thread: every later connection refused)."""
+        server = loop()
+        with connect(server) as sock:
+            sock.sendall(b"POST /p HTTP/1.1\r\nContent-Length: \xb2\r\n\r\n")
+            assert read_all(sock).startswith(b"HTTP/1.1 411 ")
+        with connect(server) as sock:
+            sock.sendall(post())
+            assert read_responses(sock, 1) == [(200, b"POST /p hi")]
+
+    def test_bare_lf_line_ends_are_accepted(self, loop):
+        """Lines ending in LF alone (as http.server accepts them) make a request."""
+        server = loop()
+        with connect(server) as sock:
+            sock.sendall(b"POST /lf HTTP/1.1\nContent-Length: 2\n\nok")
+            assert read_responses(sock, 1) == [(200, b"POST /lf ok")]
+
+    def test_a_head_request_gets_no_body(self, loop):
+        """HEAD: the status line and headers of the answer, no body; the connection stays usable."""
+        server = loop()
+        with connect(server) as sock:
+            sock.sendall(b"HEAD /h HTTP/1.1\r\n\r\n" + post("/after"))
+            time.sleep(0.2)
+            data = sock.recv(1 << 16)
+        first, rest = data.split(b"\r\n\r\n", 1)
+        assert first.startswith(b"HTTP/1.1 200 ") and b"Content-Length: 8" in first
+        assert rest.startswith(b"HTTP/1.1 200 ") and rest.endswith(b"POST /after hi")
 
     def test_a_get_without_a_body_is_a_request(self, loop):
         """GET carries no Content-Length: it is still passed on (the caller decides what it answers)."""
@@ -166,6 +215,33 @@ class TestWaits:
             answers = read_responses(sock, 2)
             assert time.monotonic() - started >= 0.3
             assert answers == [(200, b"slow"), (200, b"POST /fast hi")]
+
+    def test_a_client_that_closes_during_a_delay_does_not_make_the_loop_spin(self, loop):
+        """The closed end is not watched while the delay runs (it would be ready on every turn): the loop's thread
+        stays idle, and the other connections are served."""
+        turns = []
+
+        def respond(request: Request) -> Reply:
+            if request.path == "/slow":
+                return Reply(200, b"slow", after=time.monotonic() + 0.5)
+            return echo(request)
+
+        server = loop(respond)
+        original = server._on_read
+
+        def counted(conn):
+            turns.append(conn)
+            return original(conn)
+
+        server._on_read = counted
+        with connect(server) as sock:
+            sock.sendall(post("/slow"))
+            time.sleep(0.05)
+        time.sleep(0.3)  # the client is gone; the delay still runs
+        assert len(turns) < 10, len(turns)
+        with connect(server) as sock:
+            sock.sendall(post("/fast"))
+            assert read_responses(sock, 1) == [(200, b"POST /fast hi")]
 
     def test_a_hold_ends_in_a_close_at_its_deadline(self, loop):
         """hold_until: nothing is answered; the connection is closed when the time is up."""
