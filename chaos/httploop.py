@@ -376,7 +376,7 @@ def _parse_head(head: bytes) -> Request | None:
     """The request line and headers, or None when they are malformed: a request line that is not METHOD PATH
     HTTP/1.x, a header line without a name and a colon, a folded header (obsolete: RFC 9112 §5.2 lets a server
     refuse it), two Content-Lengths that disagree."""
-    lines = [line[:-1] if line.endswith("\r") else line for line in head.decode("latin-1").split("\n")]
+    lines = [line.removesuffix("\r") for line in head.decode("latin-1").split("\n")]
     parts = lines[0].split(" ")
     if len(parts) != 3 or not parts[0].isalpha() or not parts[1] or parts[2] not in ("HTTP/1.0", "HTTP/1.1"):
         return None

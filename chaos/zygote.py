@@ -120,7 +120,7 @@ class _AtForkWatch:
         self.handlers: list[tuple[str, dict]] = []  # (registering module, its keyword arguments), in order
         self._real = os.register_at_fork
 
-    def __enter__(self) -> "_AtForkWatch":
+    def __enter__(self) -> _AtForkWatch:
         real, handlers = self._real, self.handlers
 
         def register(**kw):
@@ -152,8 +152,8 @@ def _run_handlers(handlers: Sequence[dict], when: str) -> None:
 
 
 def _fork(handlers: Sequence[dict] | None, blocked: set[int]) -> int:
-    """Fork with ``blocked`` (the zygote's disposed signals, ``_blocked_signals``) blocked; the child unblocks every
-    signal once its dispositions are those of an exec'd interpreter.
+    """Fork with ``blocked`` (``_blocked_signals``: those the zygote or its preload gave a disposition of their own)
+    blocked; the child unblocks every signal once its dispositions are those of an exec'd interpreter.
 
     Blocking first makes the child start clean: ``pthread_sigmask`` runs the Python handlers of signals already
     caught (it calls ``PyErr_CheckSignals``), then none can be caught until the fork, and a child inherits no
@@ -253,9 +253,6 @@ def _blocked_signals(resets: Sequence[tuple[int, object]]) -> set[int]:
     return blocked
 
 
-
-
-
 # What `python -m MODULE` runs, by module name: (spec, code), found and compiled once by the zygote at the module's
 # first launch (finding the spec and unmarshalling the code cost ~0.5 ms a launch in the child); the code is the
 # source as it was then, as for the preloaded modules. Only where finding it imports nothing: every package on the
@@ -329,8 +326,8 @@ def _become(request: Mapping, zygote_pid: int, out: int, err: int, main: tuple |
         module = type(sys)("__main__")
         sys.modules["__main__"] = module  # a fresh __main__, as python -m starts with (not the zygote's own)
         try:
-            # Unblocked last (_fork blocked the zygote's caught signals): one sent meanwhile is delivered now, to
-            # the dispositions of a fresh interpreter (a SIGINT: KeyboardInterrupt, handled below as CPython does).
+            # Unblocked last (_fork blocked the signals the zygote disposes of): one sent meanwhile is delivered now,
+            # to the dispositions of an exec'd interpreter (a SIGINT: KeyboardInterrupt, handled below as CPython does).
             signal.pthread_sigmask(signal.SIG_SETMASK, [])
             if main is None:
                 # What `python -m` itself calls: its error lines ("No module named …", "… is a package and cannot
