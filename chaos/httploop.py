@@ -2,17 +2,16 @@
 transport, ``chaos.fakellm``).
 
 Why not ``http.server``. Its ``ThreadingHTTPServer`` starts a thread per connection and parses headers with the
-``email`` package: measured, ~3.2 ms of server time in each ~3.8 ms scripted model request of a forked agent
-(~1.3 ms from connect to the handler thread's set-up, ~0.8 ms of header parsing and body read, ~1.1 ms of
-handling); this loop answers the same request in ~1.9 ms end to end, and a case sends two to four of them. Every
-agent of a case talks to its worker's one server, so its time is every case's time.
+``email`` package. Measured with a forked agent's ``ChatClient`` in another process: a scripted model request took
+2.1–2.4 ms end to end and 0.82–0.93 ms of the server process's CPU; with this loop 1.9–2.1 ms and 0.60–0.67 ms. A
+case sends two to four, and every agent of a worker talks to its one server.
 
 What it serves: a request line, headers (names case-insensitive), and a body of ``Content-Length`` bytes, which
 every POST must have (411 otherwise, as before); ``Expect: 100-continue`` is answered; ``Transfer-Encoding`` bodies
 are not (411). HTTP/1.1 connections are kept alive unless the request says ``Connection: close`` (HTTP/1.0: closed
-after each answer). What to answer is the ``respond`` callback's (``Reply``): bytes at once, bytes not before a time
-(a delay), nothing then a close (a drop), or nothing until a deadline, the client's close or a release (a hold,
-then a drop). Requests of one connection are answered in order; one that waits holds the connection's later ones.
+after each answer). What to answer is the ``respond`` callback's (``Reply``): an answer at once, an answer not before
+a time (a delay), nothing then a close (a drop), or nothing until a deadline, the client's close or a release (a
+hold, then a drop). Requests of one connection are answered in order; one that waits holds the connection's later ones.
 A malformed request line or header block (a folded header, two Content-Lengths that disagree) gets 400 and a close;
 a head over 64 KiB, 431; a Content-Length over ``max_body``, 413 before any of the body is read; each with a close.
 A defect met on one connection (``respond`` raised) is a traceback on stderr and a 500 with a close for that
