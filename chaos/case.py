@@ -450,7 +450,7 @@ def execute_case(scenario, schedule, *, work_dir: Path, target: Target, baseline
             # Convergence probes: one more resume must change nothing. A second one runs only when the first
             # changed the log (to show whether it keeps changing it): after a probe that changed nothing, another
             # starts from the same bytes under the same configuration and can only repeat it (bench/campaign.py:
-            # ~16 ms per probe under the zygote, ~90 ms by exec — a third of a case's time).
+            # ~8-9 ms per probe under the zygote, 120-140 ms by exec: a quarter of an exec'd case's time).
             for i in range(probes):
                 started = _start_probe(launcher.inner, argv, run.session, env, case_dir, i)
                 try:
