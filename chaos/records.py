@@ -45,7 +45,9 @@ class Launch:
     pid: int
     stdout: str
     stderr: str
-    started: float  # seconds since the case started
+    # Seconds since the case started, when the process was created: exec, the launch call (Popen forks in it);
+    # zygote, the fork as the zygote reports it (its reply comes ~1-2 ms later, while the child already runs).
+    started: float
     ended: float | None = None
     returncode: int | None = None  # subprocess convention: -N = terminated by signal N
     killed_by: str | None = None  # "fault" or "watchdog" when the supervisor SIGKILLed it, else None
@@ -118,7 +120,7 @@ class FaultRecord:
     errno: str | None = None  # ioerror answer
     killed: list[dict] = field(default_factory=list)  # processes SIGKILLed: {pid, name}
     survivors: list[dict] = field(default_factory=list)  # processes not confirmed gone within the limit
-    size_at_kill: int | None = None  # session file size when the process was confirmed gone
+    size_at_kill: int | None = None  # session file size at the kill (parked at the barrier, it wrote no more)
     cut_to: int | None = None  # torn/powerloss: the size the file was truncated to
     snapshot: str | None = None  # copy of the session file as the restart finds it (after any cut)
     snapshot_size: int | None = None

@@ -506,7 +506,27 @@ class _Case:
 
     def _kill_at(self, conn: _Conn, event: BarrierEvent, fault: Fault) -> None:
         launch = self.run_rec.launches[conn.launch]
-        report = self.procs[conn.launch].kill_session(self.limits.kill_seconds)
+        session = self.run_rec.session
+        at_kill: dict = {}
+
+        def while_dying() -> None:
+            # The leader's SIGKILL is sent. It was parked at this barrier, waiting for our answer: it runs no more
+            # code, and the kernel tears it down (~1 ms) on another core while the file is measured, cut and copied.
+            at_kill["size"] = self._file_size()
+            if fault.action in ("torn", "powerloss"):
+                # SIGKILL keeps written-but-unsynced bytes (they are in the page cache); a power loss would not.
+                # Simulate it now, while nothing of the case runs: keep the synced prefix (+ B bytes if torn).
+                unsynced = event.offset - event.synced_offset
+                keep = 0 if fault.action == "powerloss" else fault.bytes
+                if keep >= unsynced or at_kill["size"] is None:
+                    at_kill["moot"] = f"{fault.action} keeps {keep} bytes of an unsynced range of {unsynced}: " \
+                                      "nothing to cut"
+                else:
+                    at_kill["cut_to"] = event.synced_offset + keep
+                    os.truncate(session, at_kill["cut_to"])
+            at_kill["snapshot"] = self._snapshot(session, len(self.run_rec.faults) + 1, fault.action)
+
+        report = self.procs[conn.launch].kill_session(self.limits.kill_seconds, meanwhile=while_dying)
         if not report.survivors:
             self.emptied.add(conn.launch)
         launch.killed_by = "fault"
@@ -517,28 +537,20 @@ class _Case:
         )
         if report.survivors:
             rec.note = "processes survived SIGKILL within the limit; the restart may race them"
-        session = self.run_rec.session
-        rec.size_at_kill = self._file_size()
-        if fault.action in ("torn", "powerloss"):
-            # SIGKILL keeps written-but-unsynced bytes (they are in the page cache); a power loss would not.
-            # Simulate it now, while nothing of the case runs: keep the synced prefix (+ B bytes of the tail if torn).
-            unsynced = event.offset - event.synced_offset
-            keep = 0 if fault.action == "powerloss" else fault.bytes
-            if keep >= unsynced or rec.size_at_kill is None:
-                rec.note = f"{fault.action} keeps {keep} bytes of an unsynced range of {unsynced}: nothing to cut"
-                self._snapshot(rec, session)
-                self._verdict(records.NOT_APPLICABLE, f"{format_fault(fault)}: {rec.note}")
-            rec.cut_to = event.synced_offset + keep
-            os.truncate(session, rec.cut_to)
-        self._snapshot(rec, session)
+        rec.size_at_kill, rec.cut_to = at_kill.get("size"), at_kill.get("cut_to")
+        rec.snapshot, rec.snapshot_size = at_kill.get("snapshot") or (None, None)
+        if "moot" in at_kill:
+            rec.note = at_kill["moot"]
+            self._verdict(records.NOT_APPLICABLE, f"{format_fault(fault)}: {rec.note}")
 
-    def _snapshot(self, rec: FaultRecord, session: str | None) -> None:
+    def _snapshot(self, session: str | None, number: int, action: str) -> tuple[str, int] | None:
+        """Copy the log as the kill left it to ``kills/NN-ACTION.jsonl``: (its path, its size), None without a log."""
         if session is None or not os.path.exists(session):
-            return
-        dest = self.dir / "kills" / f"{len(self.run_rec.faults):02d}-{rec.action}.jsonl"
+            return None
+        dest = self.dir / "kills" / f"{number:02d}-{action}.jsonl"
         dest.parent.mkdir(exist_ok=True)  # made on the first snapshot: most cases of a campaign are removed unread
         shutil.copyfile(session, dest)
-        rec.snapshot, rec.snapshot_size = str(dest), dest.stat().st_size
+        return str(dest), dest.stat().st_size
 
     def _file_size(self) -> int | None:
         try:
@@ -581,7 +593,7 @@ class _Case:
         self.activity[index] = time.monotonic()
         self.run_rec.launches.append(
             Launch(index=index, role=role, step=self.step, generation=self.gen_number, argv=list(argv), pid=proc.pid,
-                   stdout=str(out), stderr=str(err), started=self._now())
+                   stdout=str(out), stderr=str(err), started=min(self._now(), round(proc.created - self.t0, 6)))
         )
         if role in ("step", "again"):
             self.step_launch = index

@@ -9,7 +9,10 @@ Shape. ``ZygoteLauncher`` (the harness side, a ``chaos.process.Launcher``) start
 (``python -m chaos.zygote FD MODULE…``) — never by forking a harness worker, whose scripted-server threads may
 hold locks that a forked child would inherit locked. The zygote imports the preload modules once, then serves
 launch requests over a Unix socket pair (newline-delimited JSON, one request in flight: a launcher is used from its
-process's main thread). For each launch it forks one child, which becomes the agent:
+process's main thread). It answers each with the child's pid and the moment of the fork (``time.monotonic()``:
+CLOCK_MONOTONIC, one clock for every process), which the harness records as the launch's start: the answer comes
+1-2 ms later, after the zygote's side of the fork, while the child already runs. For each launch it forks one child,
+which becomes the agent:
 
 - its own argv (``sys.argv``; ``argv[0]`` the module's file, as ``python -m`` sets it) and ``__main__`` module,
   environment (``os.environ`` made equal to the launch's), cwd, standard streams (``/dev/null`` and the two
@@ -500,6 +503,9 @@ def serve(fd: int, preload: Sequence[str]) -> int:
                         main = _main_code(request["module"])
                         for name in ("stdout", "stderr"):
                             opened.append(os.open(request[name], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+                        # When the launch's process is created (CLOCK_MONOTONIC: the launcher's clock too). The
+                        # reply below comes after the parent's side of the fork, while the child already runs.
+                        forked = time.monotonic()
                         pid = _fork(handlers, blocked)
                     except OSError as exc:
                         for fd in opened:
@@ -511,7 +517,7 @@ def serve(fd: int, preload: Sequence[str]) -> int:
                     for fd in opened:
                         os.close(fd)
                     children[pid] = request["id"]
-                    _send(sock, {"id": request["id"], "pid": pid})
+                    _send(sock, {"id": request["id"], "pid": pid, "forked": forked})
     finally:
         _sweep(dict(children))
         _reap(children)
@@ -658,6 +664,7 @@ class ZygoteLauncher:
         if not self.accepts(argv):
             return self.exec.launch(argv, env, cwd, stdout, stderr)
         self._next += 1
+        sent = time.monotonic()
         request = {"id": self._next, "module": self.module, "args": list(argv[3:]), "env": dict(env),
                    "cwd": str(cwd), "stdout": str(stdout), "stderr": str(stderr)}
         assert self._sock is not None
@@ -674,7 +681,10 @@ class ZygoteLauncher:
             self.fallback = "the zygote stopped answering"
             self.close()
             return self.exec.launch(argv, env, cwd, stdout, stderr)
-        return ZygoteProcess(self, reply["pid"], request["id"])
+        # Created at the fork the zygote reports, bounded by what this side saw (one clock, CLOCK_MONOTONIC).
+        forked = reply.get("forked")
+        created = min(max(forked, sent), time.monotonic()) if isinstance(forked, float) else time.monotonic()
+        return ZygoteProcess(self, reply["pid"], request["id"], created)
 
 
 class ZygoteProcess:
@@ -682,8 +692,9 @@ class ZygoteProcess:
     as the launch is announced (a signal through it can never reach a process that later reuses the pid); its exit
     status comes from the zygote, by launch id."""
 
-    def __init__(self, launcher: ZygoteLauncher, pid: int, launch: int):
+    def __init__(self, launcher: ZygoteLauncher, pid: int, launch: int, created: float | None = None):
         self.launcher = launcher
+        self.created = time.monotonic() if created is None else created
         self.launch = launch  # the launch id: exit statuses are reported by it, never by the reusable pid
         self.pid = pid
         self.session_id = pid
@@ -730,7 +741,7 @@ class ZygoteProcess:
         except ProcessLookupError:  # exited meanwhile
             pass
 
-    def kill_session(self, timeout: float = 5.0):
+    def kill_session(self, timeout: float = 5.0, meanwhile=None):
         from chaos.process import KillReport, descendants, kill_processes, proc_info, session_members
 
         tree = descendants(self.pid)
@@ -738,8 +749,12 @@ class ZygoteProcess:
         if self.poll() is None:
             report.killed.append(proc_info(self.pid))
             self.send_signal(signal.SIGKILL)
-        rest = kill_processes(lambda: [*tree, *session_members(self.session_id)], timeout,
-                              leader_done=lambda: self.wait(0.005) is not None)
+        try:
+            if meanwhile is not None:
+                meanwhile()
+        finally:
+            rest = kill_processes(lambda: [*tree, *session_members(self.session_id)], timeout,
+                                  leader_done=lambda: self.wait(0.005) is not None)
         report.killed += rest.killed
         report.survivors += rest.survivors
         if self.returncode is None:
