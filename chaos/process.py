@@ -214,27 +214,7 @@ class PopenProcess:
         self._popen.send_signal(sig)
 
     def kill_session(self, timeout: float = 5.0, meanwhile: Callable[[], None] | None = None) -> KillReport:
-        # Take the tree before the leader dies: its children are then reparented and only the session id (or, for
-        # a child that called setsid itself, nothing) still ties them to the agent.
-        tree = descendants(self.pid)
-        report = KillReport()
-        if self._popen.returncode is None:
-            report.killed.append(proc_info(self.pid))
-            self._popen.send_signal(signal.SIGKILL)  # first the leader: it is the process paused at the barrier
-        try:
-            if meanwhile is not None:
-                meanwhile()
-        finally:
-            rest = kill_processes(
-                lambda: [*tree, *session_members(self.session_id)],
-                timeout,
-                leader_done=lambda: self.wait(0.005) is not None,  # reaped by Popen, the one reaping path
-            )
-        report.killed += rest.killed
-        report.survivors += rest.survivors
-        if self._popen.returncode is None:
-            report.survivors.append(proc_info(self.pid))
-        return report
+        return kill_session(self, timeout, meanwhile)  # wait() reaps through Popen, the one reaping path
 
     def exit_fd(self) -> int | None:
         return self._pidfd
@@ -244,6 +224,30 @@ class PopenProcess:
         if self._pidfd is not None:
             os.close(self._pidfd)
             self._pidfd = None
+
+
+def kill_session(proc: AgentProcess, timeout: float, meanwhile: Callable[[], None] | None = None) -> KillReport:
+    """``AgentProcess.kill_session`` over the process's own poll/send_signal/wait: SIGKILL the leader first (it is the
+    process paused at the barrier), run ``meanwhile``, then kill whatever is left of its tree and session until the
+    leader is reaped."""
+    # Take the tree before the leader dies: its children are then reparented and only the session id (or, for a
+    # child that called setsid itself, nothing) still ties them to the agent.
+    tree = descendants(proc.pid)
+    report = KillReport()
+    if proc.poll() is None:
+        report.killed.append(proc_info(proc.pid))
+        proc.send_signal(signal.SIGKILL)
+    try:
+        if meanwhile is not None:
+            meanwhile()
+    finally:
+        rest = kill_processes(lambda: [*tree, *session_members(proc.session_id)], timeout,
+                              leader_done=lambda: proc.wait(0.005) is not None)
+    report.killed += rest.killed
+    report.survivors += rest.survivors
+    if proc.poll() is None:
+        report.survivors.append(proc_info(proc.pid))
+    return report
 
 
 def proc_info(pid: int) -> ProcInfo:

@@ -742,24 +742,9 @@ class ZygoteProcess:
             pass
 
     def kill_session(self, timeout: float = 5.0, meanwhile=None):
-        from chaos.process import KillReport, descendants, kill_processes, proc_info, session_members
+        from chaos.process import kill_session
 
-        tree = descendants(self.pid)
-        report = KillReport()
-        if self.poll() is None:
-            report.killed.append(proc_info(self.pid))
-            self.send_signal(signal.SIGKILL)
-        try:
-            if meanwhile is not None:
-                meanwhile()
-        finally:
-            rest = kill_processes(lambda: [*tree, *session_members(self.session_id)], timeout,
-                                  leader_done=lambda: self.wait(0.005) is not None)
-        report.killed += rest.killed
-        report.survivors += rest.survivors
-        if self.returncode is None:
-            report.survivors.append(proc_info(self.pid))
-        return report
+        return kill_session(self, timeout, meanwhile)
 
     def exit_fd(self) -> int | None:
         return self._pidfd
