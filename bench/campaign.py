@@ -17,6 +17,10 @@ TCP_NODELAY, the agent's bytecode caches); only the launcher differs. Printed:
 - inside the supervisor: launch → first barrier, each model request (``stepAttempt`` after-sync → next barrier),
   the fsync (after-write → after-sync), and the barrier round trip's upper bound (before-write → after-write: the
   harness's answer, the agent's write and its next message);
+- a ceiling: per case, the agent processes' lives (each from its creation to its exit status) plus the probe
+  phase, and the cases/s a zygote loop would reach if everything outside them cost nothing, with its ratio to the
+  exec rate of the same run. What the harness does while an agent lives still counts there (its answers at
+  barriers, the model server, the zygote's work in a fresh child, the exit status's relay);
 - harness overhead per case: set-up + oracle + tear-down + (supervisor time not inside any agent process's life),
   i.e. everything but the agents' own work and the convergence probes. A process's life runs from its creation
   (exec: the launch call, in which Popen forks; zygote: the fork, as the zygote reports it — its answer comes 1-2 ms
@@ -98,9 +102,11 @@ def _record(acc: dict, result, case_run, wall: float) -> None:
     for kind, values in gaps(case_run).items():
         acc["barrier"].setdefault(kind, []).extend(values)
     t = result.timings
+    inside = agent_time(case_run)
+    acc["agents"].append(inside * 1000)
     acc["hidden"].append(t["oracle-hidden"] * 1000)
     acc["overhead"].append((t["setup"] + t["oracle"] - t["oracle-hidden"] + t["teardown"]
-                            + max(0.0, t["supervisor"] - agent_time(case_run))) * 1000)
+                            + max(0.0, t["supervisor"] - inside)) * 1000)
 
 
 def measure(targets: dict[str, Target], names, repeat: int) -> dict[str, dict]:
@@ -116,7 +122,7 @@ def measure(targets: dict[str, Target], names, repeat: int) -> dict[str, dict]:
     for target in targets.values():
         shared_launcher(target)  # started before the clock, as a campaign worker starts it once
     acc = {launcher: {"cases": 0, "wall": 0.0, "phases": {p: [] for p in PHASES}, "barrier": {}, "overhead": [],
-                      "hidden": [], "failures": []} for launcher in targets}
+                      "hidden": [], "agents": [], "failures": []} for launcher in targets}
     with tempfile.TemporaryDirectory(prefix="killpoint-bench-") as tmp:
         work = Path(tmp)
         turn = 0
@@ -187,6 +193,13 @@ def main() -> int:
         print(f"{'  ' + kind + ' (median ms)':34}{median(e['barrier'].get(kind, [])):12.2f}"
               f"{median(z['barrier'].get(kind, [])):12.2f}")
     print(f"{'harness overhead per case (mean ms)':34}{mean(e['overhead']):12.1f}{mean(z['overhead']):12.1f}")
+    # The agent processes' lives (each from its creation to its exit status) and the probe phase: cases/s if all
+    # else cost nothing, and that rate against this run's exec rate (the harness's work during those lives counts).
+    floor = {k: mean(r["agents"]) + mean(r["phases"]["probes"]) for k, r in (("exec", e), ("zygote", z))}
+    print(f"{'in agent processes + probes (ms)':34}{floor['exec']:12.1f}{floor['zygote']:12.1f}")
+    ceiling = 1000 / floor["zygote"] if floor["zygote"] else 0.0
+    print(f"{'ceiling: all else free (cases/s)':34}{'':12}{ceiling:12.2f}   ratio to this exec "
+          f"{ceiling / e['rate']:.1f}×")
     for launcher, r in results.items():
         if r["failures"]:
             print(f"{launcher}: {len(r['failures'])} case(s) did not pass: {'; '.join(r['failures'][:5])}")
