@@ -23,8 +23,8 @@ TCP_NODELAY, the agent's bytecode caches); only the launcher differs. Printed:
   barriers, the model server, the zygote's work in a fresh child, the exit status's relay);
 - harness overhead per case: set-up + oracle + tear-down + (supervisor time not inside any agent process's life),
   i.e. everything but the agents' own work and the convergence probes. A process's life runs from its creation
-  (exec: the launch call, in which Popen forks; zygote: the fork, as the zygote reports it — its answer comes 1-2 ms
-  later, while the child runs) to the moment the supervisor has its exit status; the oracle judges while the first probe
+  (exec: the launch call, in which Popen forks; zygote: the moment its fork returned, as the zygote reports it — its
+  answer comes up to 1-2 ms later, while the child runs) to its reaping (a kill: before the kill's bookkeeping); the oracle judges while the first probe
   runs (another process), and the part of it that a still-running probe hid is not overhead (printed on its own
   line). The process sweeps are counted in (issue [2/5]'s definition leaves them out: this figure is the conservative one).
 
@@ -113,7 +113,7 @@ def measure(targets: dict[str, Target], names, repeat: int) -> dict[str, dict]:
     """Run every kill case of every scenario ``repeat`` times under each launcher, alternating case by case; the
     figures of each launcher.
 
-    Case by case: this VM's speed drifts by ±20% over tens of seconds (other guests), and a launcher measured in a
+    Case by case: this VM's speed drifts by ±25% over tens of seconds (other guests), and a launcher measured in a
     block of its own (the exec one takes ~30 s, the zygote one ~4 s) reads a different machine than the other. Every
     kill case runs once under each launcher, the order swapped every case, so both sample the same minutes; cases/s
     is kill cases over the summed wall time of those cases (the baselines are not timed)."""

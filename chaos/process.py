@@ -23,7 +23,7 @@ import select
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -67,9 +67,8 @@ class AgentProcess(Protocol):
     def send_signal(self, sig: int) -> None:
         """Send ``sig`` to the leader only (no-op once it has been reaped)."""
 
-    def kill_session(self, timeout: float = 5.0, meanwhile: Callable[[], None] | None = None) -> KillReport:
-        """SIGKILL the leader and every process of its session; return when psutil confirms they are gone.
-        ``meanwhile`` runs once the leader's SIGKILL is sent, before waiting for the session to end."""
+    def kill_session(self, timeout: float = 5.0) -> KillReport:
+        """SIGKILL the leader and every process of its session; return when psutil confirms they are gone."""
 
     def exit_fd(self) -> int | None:
         """A file descriptor that becomes readable when the leader exits (for a selector), or None to poll."""
@@ -213,8 +212,8 @@ class PopenProcess:
         # Popen.send_signal polls first and does nothing once the child is reaped, so a recycled pid is never hit.
         self._popen.send_signal(sig)
 
-    def kill_session(self, timeout: float = 5.0, meanwhile: Callable[[], None] | None = None) -> KillReport:
-        return kill_session(self, timeout, meanwhile)  # wait() reaps through Popen, the one reaping path
+    def kill_session(self, timeout: float = 5.0) -> KillReport:
+        return kill_session(self, timeout)  # wait() reaps through Popen, the one reaping path
 
     def exit_fd(self) -> int | None:
         return self._pidfd
@@ -226,10 +225,9 @@ class PopenProcess:
             self._pidfd = None
 
 
-def kill_session(proc: AgentProcess, timeout: float, meanwhile: Callable[[], None] | None = None) -> KillReport:
+def kill_session(proc: AgentProcess, timeout: float) -> KillReport:
     """``AgentProcess.kill_session`` over the process's own poll/send_signal/wait: SIGKILL the leader first (it is the
-    process paused at the barrier), run ``meanwhile``, then kill whatever is left of its tree and session until the
-    leader is reaped."""
+    process paused at the barrier), then whatever is left of its tree and session, until the leader is reaped."""
     # Take the tree before the leader dies: its children are then reparented and only the session id (or, for a
     # child that called setsid itself, nothing) still ties them to the agent.
     tree = descendants(proc.pid)
@@ -237,12 +235,8 @@ def kill_session(proc: AgentProcess, timeout: float, meanwhile: Callable[[], Non
     if proc.poll() is None:
         report.killed.append(proc_info(proc.pid))
         proc.send_signal(signal.SIGKILL)
-    try:
-        if meanwhile is not None:
-            meanwhile()
-    finally:
-        rest = kill_processes(lambda: [*tree, *session_members(proc.session_id)], timeout,
-                              leader_done=lambda: proc.wait(0.005) is not None)
+    rest = kill_processes(lambda: [*tree, *session_members(proc.session_id)], timeout,
+                          leader_done=lambda: proc.wait(0.005) is not None)
     report.killed += rest.killed
     report.survivors += rest.survivors
     if proc.poll() is None:
@@ -252,7 +246,8 @@ def kill_session(proc: AgentProcess, timeout: float, meanwhile: Callable[[], Non
 
 def proc_info(pid: int) -> ProcInfo:
     """Name and command line of ``pid`` (``?`` once it is gone), as psutil gives them, read from /proc directly:
-    it is taken for every killed leader just before its SIGKILL, and psutil's Process took ~0.2 ms there."""
+    it is taken for every killed leader just before its SIGKILL, and psutil's Process took ~0.2 ms there. A zombie
+    gives its name and no arguments (psutil raises)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
@@ -261,10 +256,12 @@ def proc_info(pid: int) -> ProcInfo:
     except OSError:
         return ProcInfo(pid, "?")
     name = os.fsdecode(stat[stat.find(b"(") + 1: stat.rfind(b")")])
-    # psutil's rules: arguments end with NUL; a process that rewrote its title may use spaces instead.
+    # psutil's rules: it reads the file as text (universal newlines: CR and CRLF become LF); arguments end with NUL,
+    # and a process that rewrote its title may use spaces instead.
+    raw = raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
     sep = b"\0" if raw.endswith(b"\0") else b" "
     data = raw[:-1] if raw.endswith(sep) else raw
-    parts = data.split(sep) if data else []
+    parts = data.split(sep) if raw else []
     if sep == b"\0" and len(parts) == 1 and b" " in data:
         parts = data.split(b" ")
     cmdline = tuple(os.fsdecode(a) for a in parts)

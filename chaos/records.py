@@ -46,9 +46,9 @@ class Launch:
     stdout: str
     stderr: str
     # Seconds since the case started, when the process was created: exec, the launch call (Popen forks in it);
-    # zygote, the fork as the zygote reports it (its reply comes ~1-2 ms later, while the child already runs).
+    # zygote, when its fork returned, as the zygote reports it (its reply comes later, while the child already runs).
     started: float
-    ended: float | None = None
+    ended: float | None = None  # when it was reaped (a fault kill: before the kill's bookkeeping), as seen here
     returncode: int | None = None  # subprocess convention: -N = terminated by signal N
     killed_by: str | None = None  # "fault" or "watchdog" when the supervisor SIGKILLed it, else None
     hello: dict | None = None  # the hello message it sent, if any
@@ -120,7 +120,7 @@ class FaultRecord:
     errno: str | None = None  # ioerror answer
     killed: list[dict] = field(default_factory=list)  # processes SIGKILLed: {pid, name}
     survivors: list[dict] = field(default_factory=list)  # processes not confirmed gone within the limit
-    size_at_kill: int | None = None  # session file size at the kill (parked at the barrier, it wrote no more)
+    size_at_kill: int | None = None  # session file size when the process was confirmed gone
     cut_to: int | None = None  # torn/powerloss: the size the file was truncated to
     snapshot: str | None = None  # copy of the session file as the restart finds it (after any cut)
     snapshot_size: int | None = None

@@ -506,27 +506,12 @@ class _Case:
 
     def _kill_at(self, conn: _Conn, event: BarrierEvent, fault: Fault) -> None:
         launch = self.run_rec.launches[conn.launch]
-        session = self.run_rec.session
-        at_kill: dict = {}
-
-        def while_dying() -> None:
-            # The leader's SIGKILL is sent. It was parked at this barrier, waiting for our answer: it runs no more
-            # code, and the kernel tears it down (~1 ms) on another core while the file is measured, cut and copied.
-            at_kill["size"] = self._file_size()
-            if fault.action in ("torn", "powerloss"):
-                # SIGKILL keeps written-but-unsynced bytes (they are in the page cache); a power loss would not.
-                # Simulate it now, while nothing of the case runs: keep the synced prefix (+ B bytes if torn).
-                unsynced = event.offset - event.synced_offset
-                keep = 0 if fault.action == "powerloss" else fault.bytes
-                if keep >= unsynced or at_kill["size"] is None:
-                    at_kill["moot"] = f"{fault.action} keeps {keep} bytes of an unsynced range of {unsynced}: " \
-                                      "nothing to cut"
-                else:
-                    at_kill["cut_to"] = event.synced_offset + keep
-                    os.truncate(session, at_kill["cut_to"])
-            at_kill["snapshot"] = self._snapshot(session, len(self.run_rec.faults) + 1, fault.action)
-
-        report = self.procs[conn.launch].kill_session(self.limits.kill_seconds, meanwhile=while_dying)
+        # The log is measured, cut and copied only once every process of the session is gone: the leader was parked
+        # at this barrier, but another of its threads, a child or a wrapped agent could still write (measured: done
+        # while the kernel tore the leader down, the copy missed such writes in 9 of 30 runs of a test agent).
+        report = self.procs[conn.launch].kill_session(self.limits.kill_seconds)
+        if self.procs[conn.launch].poll() is not None:  # reaped: its life ends here, not after the bookkeeping below
+            launch.ended = self._now()
         if not report.survivors:
             self.emptied.add(conn.launch)
         launch.killed_by = "fault"
@@ -537,20 +522,28 @@ class _Case:
         )
         if report.survivors:
             rec.note = "processes survived SIGKILL within the limit; the restart may race them"
-        rec.size_at_kill, rec.cut_to = at_kill.get("size"), at_kill.get("cut_to")
-        rec.snapshot, rec.snapshot_size = at_kill.get("snapshot") or (None, None)
-        if "moot" in at_kill:
-            rec.note = at_kill["moot"]
-            self._verdict(records.NOT_APPLICABLE, f"{format_fault(fault)}: {rec.note}")
+        session = self.run_rec.session
+        rec.size_at_kill = self._file_size()
+        if fault.action in ("torn", "powerloss"):
+            # SIGKILL keeps written-but-unsynced bytes (they are in the page cache); a power loss would not.
+            # Simulate it now, while nothing of the case runs: keep the synced prefix (+ B bytes of the tail if torn).
+            unsynced = event.offset - event.synced_offset
+            keep = 0 if fault.action == "powerloss" else fault.bytes
+            if keep >= unsynced or rec.size_at_kill is None:
+                rec.note = f"{fault.action} keeps {keep} bytes of an unsynced range of {unsynced}: nothing to cut"
+                self._snapshot(rec, session)
+                self._verdict(records.NOT_APPLICABLE, f"{format_fault(fault)}: {rec.note}")
+            rec.cut_to = event.synced_offset + keep
+            os.truncate(session, rec.cut_to)
+        self._snapshot(rec, session)
 
-    def _snapshot(self, session: str | None, number: int, action: str) -> tuple[str, int] | None:
-        """Copy the log as the kill left it to ``kills/NN-ACTION.jsonl``: (its path, its size), None without a log."""
+    def _snapshot(self, rec: FaultRecord, session: str | None) -> None:
         if session is None or not os.path.exists(session):
-            return None
-        dest = self.dir / "kills" / f"{number:02d}-{action}.jsonl"
+            return
+        dest = self.dir / "kills" / f"{len(self.run_rec.faults):02d}-{rec.action}.jsonl"
         dest.parent.mkdir(exist_ok=True)  # made on the first snapshot: most cases of a campaign are removed unread
         shutil.copyfile(session, dest)
-        return str(dest), dest.stat().st_size
+        rec.snapshot, rec.snapshot_size = str(dest), dest.stat().st_size
 
     def _file_size(self) -> int | None:
         try:
@@ -642,7 +635,9 @@ class _Case:
             self._read(conn)  # whatever it wrote before dying is already in the socket buffer
             self._close(conn)
         launch = self.run_rec.launches[index]
-        launch.returncode, launch.ended = rc, self._now()
+        launch.returncode = rc
+        if launch.ended is None:
+            launch.ended = self._now()
         self.live.discard(index)
         proc = self.procs[index]
         if proc.exit_fd() is not None:

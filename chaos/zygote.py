@@ -9,9 +9,9 @@ Shape. ``ZygoteLauncher`` (the harness side, a ``chaos.process.Launcher``) start
 (``python -m chaos.zygote FD MODULE…``) — never by forking a harness worker, whose scripted-server threads may
 hold locks that a forked child would inherit locked. The zygote imports the preload modules once, then serves
 launch requests over a Unix socket pair (newline-delimited JSON, one request in flight: a launcher is used from its
-process's main thread). It answers each with the child's pid and the moment of the fork (``time.monotonic()``:
+process's main thread). It answers each with the child's pid and the moment the fork returned (``time.monotonic()``:
 CLOCK_MONOTONIC, one clock for every process), which the harness records as the launch's start: the answer comes
-1-2 ms later, after the zygote's side of the fork, while the child already runs. For each launch it forks one child,
+up to 1-2 ms later, after the zygote's side of the fork, while the child already runs. For each launch it forks one child,
 which becomes the agent:
 
 - its own argv (``sys.argv``; ``argv[0]`` the module's file, as ``python -m`` sets it) and ``__main__`` module,
@@ -154,7 +154,7 @@ def _run_handlers(handlers: Sequence[dict], when: str) -> None:
                 traceback.print_exc()
 
 
-def _fork(handlers: Sequence[dict] | None, blocked: set[int]) -> int:
+def _fork(handlers: Sequence[dict] | None, blocked: set[int]) -> tuple[int, float]:
     """Fork with ``blocked`` (``_blocked_signals``: those the zygote or its preload gave a disposition of their own)
     blocked; the child unblocks every signal once its dispositions are those of an exec'd interpreter.
 
@@ -176,15 +176,20 @@ def _fork(handlers: Sequence[dict] | None, blocked: set[int]) -> int:
     ``threading.main_thread().native_id`` keeps the zygote's thread id (``threading.get_native_id()`` is right), no
     ``os.fork`` audit event is raised, and handlers registered at interpreter start-up, before the zygote could
     watch (``.pth`` files, ``sitecustomize``), do not run.
+
+    Returns the pid (0 in the child) and, in the parent, ``time.monotonic()`` as the fork returned: the moment the
+    child exists (CLOCK_MONOTONIC, the launcher's clock too), before the parent's handlers.
     """
     pid = -1
     try:
         _sigmask(signal.SIG_BLOCK, blocked)
         if handlers is None:
             pid = os.fork()
+            forked = time.monotonic()
         else:
             _run_handlers(reversed(handlers), "before")  # as CPython: the last registered first
             pid = _fork_function()()
+            forked = time.monotonic()
             if pid < 0:
                 import ctypes
 
@@ -195,7 +200,7 @@ def _fork(handlers: Sequence[dict] | None, blocked: set[int]) -> int:
     finally:
         if pid != 0:
             _sigmask(signal.SIG_UNBLOCK, blocked)  # the zygote blocks nothing else: unblocking restores its mask
-    return pid
+    return pid, forked
 
 
 def _sigmask(how: int, signals: set[int]) -> None:
@@ -503,10 +508,9 @@ def serve(fd: int, preload: Sequence[str]) -> int:
                         main = _main_code(request["module"])
                         for name in ("stdout", "stderr"):
                             opened.append(os.open(request[name], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
-                        # When the launch's process is created (CLOCK_MONOTONIC: the launcher's clock too). The
-                        # reply below comes after the parent's side of the fork, while the child already runs.
-                        forked = time.monotonic()
-                        pid = _fork(handlers, blocked)
+                        # The reply below comes after the parent's side of the fork, while the child already runs:
+                        # it carries when the child came to exist.
+                        pid, forked = _fork(handlers, blocked)
                     except OSError as exc:
                         for fd in opened:
                             os.close(fd)
@@ -741,10 +745,10 @@ class ZygoteProcess:
         except ProcessLookupError:  # exited meanwhile
             pass
 
-    def kill_session(self, timeout: float = 5.0, meanwhile=None):
+    def kill_session(self, timeout: float = 5.0):
         from chaos.process import kill_session
 
-        return kill_session(self, timeout, meanwhile)
+        return kill_session(self, timeout)
 
     def exit_fd(self) -> int | None:
         return self._pidfd

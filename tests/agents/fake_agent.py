@@ -101,6 +101,8 @@ def main() -> int:
     ap.add_argument("--plan", default="")
     ap.add_argument("--exit-code", type=int, default=0)
     ap.add_argument("--leave-behind", action="store_true", help="start a background process and do not wait")
+    ap.add_argument("--scribbler", action="store_true",
+                    help="start a process in the session that keeps appending to the log, never through a barrier")
     args = ap.parse_args()
     if args.command == "run" and args.session_dir:
         os.makedirs(args.session_dir, exist_ok=True)
@@ -115,6 +117,8 @@ def main() -> int:
     seq = last["seq"] + len(last["facts"]) if last else 1
     if args.leave_behind:
         subprocess.Popen(["sleep", "60"], process_group=0)
+    if args.scribbler:  # a helper of a buggy agent: its writes are nobody's barrier, only the kill stops them
+        subprocess.Popen(["sh", "-c", 'while :; do printf x >> "$1"; done', "sh", path])
     if args.command == "run":
         # recover first (finish the previous operation), then the new plan
         code = work(chan, fd, [t.split("+") for t in (last or {}).get("rest", [])], seq)
