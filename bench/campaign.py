@@ -23,8 +23,8 @@ TCP_NODELAY, the agent's bytecode caches); only the launcher differs. Printed:
   barriers, the model server, the zygote's work in a fresh child, the exit status's relay);
 - harness overhead per case: set-up + oracle + tear-down + (supervisor time not inside any agent process's life),
   i.e. everything but the agents' own work and the convergence probes. A process's life runs from its creation
-  (exec: the launch call, in which Popen forks; zygote: the moment its fork returned, as the zygote reports it — its
-  answer comes up to 1-2 ms later, while the child runs) to its reaping (a kill: before the kill's bookkeeping); the oracle judges while the first probe
+  (exec: the launch call, in which Popen forks; zygote: the moment its process got the launch — the hand-off to a
+  spare, or its fork's return — as the zygote reports it) to its reaping (a kill: before the kill's bookkeeping); the oracle judges while the first probe
   runs (another process), and the part of it that a still-running probe hid is not overhead (printed on its own
   line). The process sweeps are counted in (issue [2/5]'s definition leaves them out: this figure is the conservative one).
 

@@ -46,7 +46,7 @@ class Launch:
     stdout: str
     stderr: str
     # Seconds since the case started, when the process was created: exec, the launch call (Popen forks in it);
-    # zygote, when its fork returned, as the zygote reports it (its reply comes later, while the child already runs).
+    # zygote, when its process got the launch (handed to a spare forked ahead, or its fork's return), as reported.
     started: float
     ended: float | None = None  # when it was reaped (a fault kill: before the kill's bookkeeping), as seen here
     returncode: int | None = None  # subprocess convention: -N = terminated by signal N

@@ -1,9 +1,10 @@
 """chaos.process on real processes: is_runnable (a spinning one, one blocked on a lock, one gone), proc_info read
-from /proc as psutil reads it, and a zygote launch's creation time (its fork)."""
+from /proc as psutil reads it, and a zygote launch's creation time (its fork, or its hand-off to a spare)."""
 
 from __future__ import annotations
 
 import fcntl
+import os
 import subprocess
 import sys
 import time
@@ -12,6 +13,7 @@ from pathlib import Path
 import psutil
 
 from chaos.process import ProcInfo, is_runnable, proc_info
+from tests.integration import until
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -20,20 +22,11 @@ SPIN = "while True: pass"
 WAIT_FOR_LOCK = "import fcntl, sys; f = open(sys.argv[1], 'w'); print('ready', flush=True); fcntl.flock(f, fcntl.LOCK_EX)"
 
 
-def _until(predicate, seconds: float = 10.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return False
-
-
 def test_a_spinning_process_is_runnable():
     """A process burning CPU reads as runnable."""
     proc = subprocess.Popen([sys.executable, "-c", SPIN])
     try:
-        assert _until(lambda: is_runnable(proc.pid))
+        assert until(lambda: is_runnable(proc.pid))
     finally:
         proc.kill()
         proc.wait()
@@ -47,7 +40,7 @@ def test_a_process_blocked_on_a_lock_is_not_runnable(tmp_path):
         proc = subprocess.Popen([sys.executable, "-c", WAIT_FOR_LOCK, str(path)], stdout=subprocess.PIPE, text=True)
         try:
             assert proc.stdout.readline() == "ready\n"
-            assert _until(lambda: not is_runnable(proc.pid))
+            assert until(lambda: not is_runnable(proc.pid))
         finally:
             proc.kill()
             proc.wait()
@@ -85,9 +78,9 @@ def test_proc_info_reads_what_psutil_reads(tmp_path):
     ]
     zombie = subprocess.Popen(["true"])
     try:
-        assert _until(lambda: all(_psutil_view(p.pid) and _psutil_view(p.pid)[0] not in ("bash", "python3")
+        assert until(lambda: all(_psutil_view(p.pid) and _psutil_view(p.pid)[0] not in ("bash", "python3")
                                   for p in procs))
-        assert _until(lambda: psutil.Process(zombie.pid).status() == psutil.STATUS_ZOMBIE)
+        assert until(lambda: psutil.Process(zombie.pid).status() == psutil.STATUS_ZOMBIE)
         assert proc_info(procs[0].pid).name == long_name.name
         assert proc_info(procs[0].pid).cmdline[-3:] == ("a\nb", "c\nd", "")
         assert proc_info(procs[1].pid).cmdline == ("worker:", "a", "title")
@@ -109,11 +102,12 @@ def test_proc_info_reads_what_psutil_reads(tmp_path):
     assert proc_info(zombie.pid).name == "?"
 
 
-def test_a_zygote_launch_is_created_at_its_fork(tmp_path):
-    """A zygote child's ``created`` is the fork the zygote reports, not the moment its answer arrives: with a
-    preload that keeps the zygote 50 ms busy after each fork, the answer comes that much after ``created``."""
-    from chaos.zygote import ZygoteLauncher
+def test_a_zygote_launch_is_created_at_its_fork_or_its_hand_off(tmp_path):
+    """A zygote child's ``created`` is when its fork returned, not when the zygote's answer arrives: with a preload
+    that keeps the zygote 50 ms busy after each fork, the answer comes that much later. A launch handed to a spare
+    (forked ahead) is created at the hand-off."""
 
+    from chaos.zygote import ZygoteLauncher
     from tests.agents.slow_parent_preload import DELAY
 
     launcher = ZygoteLauncher("tests.agents.fresh", ("tests.agents.slow_parent_preload",),
@@ -121,12 +115,25 @@ def test_a_zygote_launch_is_created_at_its_fork(tmp_path):
     try:
         assert launcher.fallback is None, launcher.fallback
         env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}
+        argv = [sys.executable, "-m", "tests.agents.fresh", "exit", "0"]
+        zygote = psutil.Process(launcher._proc.pid)
+        assert until(lambda: len(zygote.children()) == 1)
+        spare = zygote.children()[0]
         before = time.monotonic()
-        proc = launcher.launch([sys.executable, "-m", "tests.agents.fresh", "exit", "0"], env, tmp_path,
-                               tmp_path / "out", tmp_path / "err")
+        handed = launcher.launch(argv, env, tmp_path, tmp_path / "out1", tmp_path / "err1")
         after = time.monotonic()
-        assert before <= proc.created and after - proc.created >= DELAY
-        assert proc.wait(10) == 0
-        proc.close()
+        assert handed.pid == spare.pid and before <= handed.created <= after
+        assert handed.wait(10) == 0
+        # No spare (killed, then reaped by the zygote): the launch forks on its own path.
+        assert until(lambda: len([c for c in zygote.children() if c.pid != handed.pid]) == 1)
+        os.kill(next(c.pid for c in zygote.children() if c.pid != handed.pid), 9)
+        assert until(lambda: len([c for c in zygote.children() if c.pid != handed.pid]) == 0)
+        before = time.monotonic()
+        forked = launcher.launch(argv, env, tmp_path, tmp_path / "out2", tmp_path / "err2")
+        after = time.monotonic()
+        assert before <= forked.created and after - forked.created >= DELAY
+        assert forked.wait(10) == 0
+        for proc in (handed, forked):
+            proc.close()
     finally:
         launcher.close()

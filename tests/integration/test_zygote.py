@@ -17,6 +17,7 @@ import pytest
 
 from chaos.process import SubprocessLauncher
 from chaos.zygote import ZygoteLauncher
+from tests.integration import until
 
 REPO = Path(__file__).resolve().parents[2]
 MODULE = "tests.agents.fresh"
@@ -203,6 +204,47 @@ class TestStatuses:
         assert proc.poll() is None
         ready, _, _ = select.select([proc.exit_fd()], [], [], 10)
         assert ready and proc.poll() == 0
+
+
+def _spares(launcher, launched=()) -> list[int]:
+    """The zygote's children that are no launch: its spare (one, once it has forked it)."""
+    return [c.pid for c in psutil.Process(launcher._proc.pid).children() if c.pid not in launched]
+
+
+class TestSpare:
+    def test_a_launch_is_handed_to_the_spare_forked_before_it(self, zygote, tmp_path):
+        """The zygote keeps one child forked ahead and prepared (session, signals, descriptors, random state): a
+        launch is handed to it, and the next spare is forked after the answer."""
+        assert until(lambda: len(_spares(zygote)) == 1)
+        spare = _spares(zygote)[0]
+        proc, out, err = launch(zygote, tmp_path, "report", FRESH_VARS="A", A="handed")
+        assert proc.pid == spare
+        assert proc.wait(20) == 0, err.read_text()
+        data = json.loads(out.read_text())
+        assert data["env"] == {"A": "handed"} and data["argv"] == ["report"] and data["session_leader"]
+        assert until(lambda: len(_spares(zygote, (proc.pid,))) == 1 and spare not in _spares(zygote))
+
+    def test_a_dead_spare_is_replaced_by_a_fork_on_the_launchs_path(self, zygote, tmp_path):
+        """A spare killed from outside costs its head start only: the launch forks on its own path."""
+        assert until(lambda: len(_spares(zygote)) == 1)
+        spare = _spares(zygote)[0]
+        os.kill(spare, signal.SIGKILL)
+        assert until(lambda: spare not in _spares(zygote))  # reaped by the zygote
+        proc, out, err = launch(zygote, tmp_path, "report", FRESH_VARS="A", A="forked")
+        assert proc.pid != spare and proc.wait(20) == 0, err.read_text()
+        assert json.loads(out.read_text())["env"] == {"A": "forked"}
+
+    def test_a_request_too_big_for_a_hand_off_forks_and_sees_all_of_it(self, zygote, tmp_path):
+        """An environment larger than one hand-off message (~200 KiB) cannot be given to the spare: that launch
+        forks, whole, and the spare waits for the next."""
+        big = "x" * 400_000
+        assert until(lambda: len(_spares(zygote)) == 1)
+        spare = _spares(zygote)[0]
+        proc, out, err = launch(zygote, tmp_path, "report", FRESH_VARS="BIG", BIG=big)
+        assert proc.wait(20) == 0, err.read_text()
+        assert proc.pid != spare and json.loads(out.read_text())["env"] == {"BIG": big}
+        second, out, err = launch(zygote, tmp_path, "report")
+        assert second.pid == spare and second.wait(20) == 0, err.read_text()
 
 
 class TestLifetime:
