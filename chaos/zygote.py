@@ -188,6 +188,9 @@ def _fork(handlers: Sequence[dict] | None, blocked: set[int]) -> tuple[int, floa
     child exists (CLOCK_MONOTONIC, the launcher's clock too), before the parent's handlers.
     """
     pid = -1
+    # Whatever the zygote (or its preload, at import or in a handler) left in Python's stream buffers would be
+    # flushed by the child into its launch's output files.
+    _flush()
     try:
         _sigmask(signal.SIG_BLOCK, blocked)
         if handlers is None:
@@ -274,8 +277,10 @@ def _blocked_signals(resets: Sequence[tuple[int, object]]) -> set[int]:
 # way must already be imported (one imported here would run its import-time code in the zygote, after the
 # single-thread check). None otherwise and on any failure: the child then does what `python -m` does.
 _MAIN: dict[str, tuple | None] = {}
-# The largest launch request a spare receives whole: more than a hand-off socket takes in one message (~200 KiB);
-# a bigger one fails to send (EMSGSIZE) and the launch forks on its own path instead.
+# A hand-off message is at most what the zygote's end of the pair may send at once: Linux doubles SO_SNDBUF for its
+# bookkeeping, so 256 KiB allows messages under 512 KiB whatever net.core.wmem_default is; the spare reads up to
+# 1 MiB, every message whole. A bigger request fails to send (EMSGSIZE) and the launch forks on its own path.
+_HANDOFF_SNDBUF = 256 << 10
 _HANDOFF_BYTES = 1 << 20
 
 
@@ -304,14 +309,16 @@ def _send(sock: socket.socket, message: Mapping) -> None:
 
 
 def _spare_wait(handoff: socket.socket) -> tuple[dict, int, int] | None:
-    """In a spare: wait for its launch (the request and its two output files); None when the zygote drops it."""
-    try:
-        data, fds, _, _ = socket.recv_fds(handoff, _HANDOFF_BYTES, 2)
-    except OSError:
-        return None
+    """In a spare: wait for its launch (the request and its two output files); None when the zygote drops it (end
+    of file). A message cut short (which the zygote's send limit rules out) is an error, never a launch."""
+    data, fds, flags, _ = socket.recv_fds(handoff, _HANDOFF_BYTES, 2)
     handoff.close()
-    if len(fds) != 2:
-        return None  # end-of-file: the zygote stopped, or replaced this spare
+    if not data and not fds:
+        return None
+    if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC) or len(fds) != 2:
+        if len(fds) == 2:
+            os.write(fds[1], b"chaos.zygote: the launch request reached its process cut short\n")
+        raise ZygoteError(f"a hand-off of {len(data)} bytes and {len(fds)} descriptor(s), flags {flags:#x}")
     return json.loads(data), fds[0], fds[1]
 
 
@@ -448,17 +455,21 @@ def _sweep(children: Mapping[int, int]) -> None:
         time.sleep(0.01)
 
 
-def _reap(children: dict[int, int], sock: socket.socket | None = None) -> None:
+def _reap(children: dict[int, int], sock: socket.socket | None = None) -> set[int]:
     """Reap every exited child (ours and reparented orphans); report ours to the launcher, by launch id: a pid is
-    reused once reaped (pid_max is 32,768 here, and a nightly forks more processes than that), the id never is."""
+    reused once reaped (pid_max is 32,768 here, and a nightly forks more processes than that), the id never is.
+    Returns the pids reaped that were no launch (a spare, an orphan)."""
+    others: set[int] = set()
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            return
+            return others
         if pid == 0:
-            return
-        if pid in children:
+            return others
+        if pid not in children:
+            others.add(pid)
+        else:
             launch = children.pop(pid)
             if sock is not None:
                 try:
@@ -520,6 +531,7 @@ def serve(fd: int, preload: Sequence[str]) -> int:
     def new_spare() -> tuple[int, socket.socket] | None:
         """Fork the next launch's process ahead of its request (see _become): off the path of any launch."""
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        mine.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _HANDOFF_SNDBUF)
         try:
             pid, _ = _fork(handlers, blocked)
         except OSError:
@@ -545,7 +557,9 @@ def serve(fd: int, preload: Sequence[str]) -> int:
                     os.read(wake_r, 4096)
                 except BlockingIOError:
                     pass
-                _reap(children, sock)
+                if spare is not None and spare[0] in _reap(children, sock):
+                    spare[1].close()  # reaped: its pid may be anyone's now, it must never be handed a launch
+                    spare = None
             if sock in ready:
                 data = sock.recv(1 << 20)
                 if not data:
@@ -554,8 +568,6 @@ def serve(fd: int, preload: Sequence[str]) -> int:
                 while b"\n" in buffer:
                     line, buffer = buffer.split(b"\n", 1)
                     request = json.loads(line)
-                    sys.stdout.flush()
-                    sys.stderr.flush()
                     opened: list[int] = []
                     try:
                         # What Popen would refuse before the program runs is refused here too, with its error
@@ -591,11 +603,31 @@ def serve(fd: int, preload: Sequence[str]) -> int:
     return 0
 
 
+def _spare_clean(pid: int) -> bool:
+    """True when a spare may take a launch: not stopped and no signal pending. It waits with the zygote's signals
+    blocked (see _fork), so a signal sent to it from outside while it waits would otherwise hit its launch, which
+    must start with none pending (as any child). Read from /proc/PID/status (~20 µs)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            status = dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
+        return (status["State"].split()[0] in ("S", "R", "D")
+                and int(status["SigPnd"], 16) == 0 and int(status["ShdPnd"], 16) == 0)
+    except (OSError, KeyError, ValueError):
+        return False
+
+
 def _hand_off(spare: tuple[int, socket.socket], line: bytes, files: Sequence[int]):
     """Give a spare its launch (the request line and its two output files): (its pid, when it got them, None); or
     (0, 0.0, the spare still waiting) for a request too big for one message; or (0, 0.0, None) when the spare is gone
     (its socket closed with it, so a pid reused by another process is never taken for it)."""
     pid, handoff = spare
+    if not _spare_clean(pid):
+        try:
+            os.kill(pid, signal.SIGKILL)  # not reaped yet (serve drops a reaped spare): the pid is still its own
+        except ProcessLookupError:
+            pass
+        handoff.close()
+        return 0, 0.0, None
     try:
         socket.send_fds(handoff, [line], list(files))
     except OSError as exc:

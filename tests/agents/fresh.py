@@ -44,6 +44,7 @@ def report() -> dict:
                       "new_thread_runs": _thread_runs()},
         "at_fork": getattr(sys.modules.get("tests.agents.forky_preload"), "SAW", "not imported") == os.getpid(),
         "session_leader": os.getsid(0) == os.getpid(),
+        "pid": os.getpid(),
         "pdeathsig": pdeath.value,
         "random": random.random(),
         "stdin_empty": sys.stdin.read() == "",
