@@ -13,8 +13,9 @@ process's main thread). For each launch one child becomes the agent. It is forke
 **spare**, forked after the previous answer (off every launch's path) and prepared as far as nothing depends on a
 launch (session, parent-death signal, signal dispositions, stdin, descriptors, random state); a launch request hands
 the spare its request and its two output files (``SCM_RIGHTS`` over a ``SOCK_SEQPACKET`` pair) and the next spare is
-forked after the answer. Without a spare (killed from outside, or a request bigger than one hand-off message) the
-launch forks on its own path, as the spare would have. Measured (``bench/campaign.py``): a launch's request → its
+forked after the answer. Without a spare (killed, stopped or signalled from outside: it waits with signals blocked,
+so one with a signal pending is discarded; or a request bigger than one hand-off message) the launch forks on its
+own path, as the spare would have. Measured (``bench/campaign.py``): a launch's request → its
 child's first barrier 1.1-1.4 ms shorter, the ratio to exec 7.1-7.5× → 7.3-7.9×. The answer carries the child's pid and
 when it got the launch — the hand-off, or the moment its fork returned (``time.monotonic()``: CLOCK_MONOTONIC, one
 clock for every process) — which the harness records as the launch's start. The child ends up with:
@@ -796,7 +797,8 @@ class ZygoteLauncher:
             self.fallback = "the zygote stopped answering"
             self.close()
             return self.exec.launch(argv, env, cwd, stdout, stderr)
-        # Created at the fork the zygote reports, bounded by what this side saw (one clock, CLOCK_MONOTONIC).
+        # Created when its process got the launch (hand-off or fork) as the zygote reports it, bounded by what this
+        # side saw (one clock, CLOCK_MONOTONIC).
         forked = reply.get("forked")
         created = min(max(forked, sent), time.monotonic()) if isinstance(forked, float) else time.monotonic()
         return ZygoteProcess(self, reply["pid"], request["id"], created)
