@@ -180,9 +180,9 @@ class SubprocessLauncher:
 class PopenProcess:
     """``AgentProcess`` over a ``subprocess.Popen`` started in its own session."""
 
-    def __init__(self, popen: subprocess.Popen, created: float | None = None):
+    def __init__(self, popen: subprocess.Popen, created: float):
         self._popen = popen
-        self.created = time.monotonic() if created is None else created
+        self.created = created
         self.pid = popen.pid
         self.session_id = popen.pid
         self._pidfd: int | None

@@ -508,7 +508,7 @@ class _Case:
         launch = self.run_rec.launches[conn.launch]
         # The log is measured, cut and copied only once every process of the session is gone: the leader was parked
         # at this barrier, but another of its threads, a child or a wrapped agent could still write (measured: done
-        # while the kernel tore the leader down, the copy missed such writes in 9 of 30 runs of a test agent).
+        # while the kernel tore the leader down, the copy missed such writes in 9-17 of 30 runs of a test agent).
         report = self.procs[conn.launch].kill_session(self.limits.kill_seconds)
         if self.procs[conn.launch].poll() is not None:  # reaped: its life ends here, not after the bookkeeping below
             launch.ended = self._now()
