@@ -224,10 +224,32 @@ def build_snapshot(*, model: str, provider: str, system_prompt: str, tools: list
     }
 
 
+# The digests of this program's constant pieces (the system prompt, each tool's definition, the output options),
+# taken once per process: snapshot() runs at every open and stepAttempt, and re-deriving them cost a deep copy of
+# every definition and four canonical-JSON hashes each time (~0.3 ms a launch; a zygote's launches inherit them).
+_CONSTANT_DIGESTS: dict[str, str] = {}
+
+
+def _constant_digest(key: str, compute) -> str:
+    digest = _CONSTANT_DIGESTS.get(key)
+    if digest is None:
+        digest = _CONSTANT_DIGESTS[key] = compute()
+    return digest
+
+
 def snapshot(config: AgentConfig) -> dict:
-    """The configurationSnapshot this configuration writes in every stepAttempt (assistant and compaction)."""
-    return build_snapshot(model=config.model, provider=config.provider, system_prompt=SYSTEM_PROMPT,
-                          tools=tool_elements(config), output_options=OUTPUT_OPTIONS)
+    """The configurationSnapshot this configuration writes in every stepAttempt (assistant and compaction): what
+    ``build_snapshot`` makes of the request's pieces, from their digests taken once."""
+    return {
+        "model": config.model,
+        "systemPromptDigest": _constant_digest("prompt", lambda: digests.system_prompt_digest(SYSTEM_PROMPT)),
+        "tools": [{"name": name, "definitionDigest": _constant_digest(
+                      f"tool:{name}", lambda: digests.definition_digest(definition(name)))}  # noqa: B023 - called now
+                  for name in config.tools],
+        "adapterIdentity": ADAPTER_IDENTITY,
+        "routingIdentity": f"{config.provider}:{config.model}",
+        "outputOptionsDigest": _constant_digest("options", lambda: digests.output_options_digest(OUTPUT_OPTIONS)),
+    }
 
 
 def configuration_digest(config: AgentConfig) -> str:

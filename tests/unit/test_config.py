@@ -93,6 +93,14 @@ class TestSnapshotDescribesTheRequest:
         assert options == OUTPUT_OPTIONS
         assert snap["outputOptionsDigest"] == digests.output_options_digest(options)
 
+    def test_the_snapshot_from_digests_taken_once_is_the_one_built_from_the_request(self, workspace):
+        """snapshot() (constant digests taken once per process) equals build_snapshot over the pieces as sent, for
+        tool sets met one after the other in one process."""
+        for tools in ("read", "bash,read", "read,write,edit,bash", "edit"):
+            config = load(workspace, model="m", provider="p", tools=tools)
+            assert snapshot(config) == build_snapshot(model="m", provider="p", system_prompt=SYSTEM_PROMPT,
+                                                      tools=cfg.tool_elements(config), output_options=OUTPUT_OPTIONS)
+
     def test_the_real_system_prompt_is_substantial(self):
         """The system prompt is a real prompt for a careful coding agent, not a placeholder."""
         assert len(SYSTEM_PROMPT) > 500 and "workspace" in SYSTEM_PROMPT and "interrupted" in SYSTEM_PROMPT
