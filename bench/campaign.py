@@ -35,6 +35,7 @@ ratio, which is measured in the same run.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -119,10 +120,10 @@ def measure(targets: dict[str, Target], names, repeat: int) -> dict[str, dict]:
     is kill cases over the summed wall time of those cases (the baselines are not timed)."""
     from chaos import oracle
 
-    for target in targets.values():
-        shared_launcher(target)  # started before the clock, as a campaign worker starts it once
-    acc = {launcher: {"cases": 0, "wall": 0.0, "phases": {p: [] for p in PHASES}, "barrier": {}, "overhead": [],
-                      "hidden": [], "agents": [], "failures": []} for launcher in targets}
+    launchers = {name: shared_launcher(target) for name, target in targets.items()}  # started before the clock,
+    # as a campaign worker starts its own once
+    acc = {launcher: {"cases": 0, "wall": 0.0, "cpu": 0.0, "phases": {p: [] for p in PHASES}, "barrier": {},
+                      "overhead": [], "hidden": [], "agents": [], "failures": []} for launcher in targets}
     with tempfile.TemporaryDirectory(prefix="killpoint-bench-") as tmp:
         work = Path(tmp)
         turn = 0
@@ -146,17 +147,28 @@ def measure(targets: dict[str, Target], names, repeat: int) -> dict[str, dict]:
                     order = list(targets) if turn % 2 == 0 else list(reversed(targets))
                     turn += 1
                     for launcher in order:
-                        t = time.monotonic()
+                        t, cpu = time.monotonic(), cpu_seconds(launchers.values())
                         result, _, case_run = execute_case(scenario, (schedule,), work_dir=work,
                                                            target=targets[launcher], baseline=facts[launcher],
                                                            server=None, limits=None, probes=2, keep="none",
                                                            name=None)
                         _record(acc[launcher], result, case_run, time.monotonic() - t)
+                        acc[launcher]["cpu"] += cpu_seconds(launchers.values()) - cpu
                         if not result.ok:
                             acc[launcher]["failures"].append(f"{name}::{schedule}: {result.status}")
-    for figures in acc.values():
+    for name, figures in acc.items():
         figures["rate"] = figures["cases"] / figures["wall"] if figures["wall"] else 0.0
+        figures["launcher"] = launchers[name]
     return acc
+
+
+def cpu_seconds(launchers) -> float:
+    """CPU time so far of this process (the harness and its model server), of the processes it reaped (exec'd
+    agents) and of each zygote with the children it reaped (its spares and launches). Clock ticks (10 ms): exact as
+    a sum over many cases, not per case."""
+    times = os.times()
+    return (time.process_time() + times.children_user + times.children_system
+            + sum(launcher.cpu_seconds() for launcher in launchers if hasattr(launcher, "cpu_seconds")))
 
 
 def mean(values) -> float:
@@ -193,9 +205,15 @@ def main() -> int:
         print(f"{'  ' + kind + ' (median ms)':34}{median(e['barrier'].get(kind, [])):12.2f}"
               f"{median(z['barrier'].get(kind, [])):12.2f}")
     print(f"{'harness overhead per case (mean ms)':34}{mean(e['overhead']):12.1f}{mean(z['overhead']):12.1f}")
+    print(f"{'CPU per case, all processes (ms)':34}{e['cpu'] / e['cases'] * 1000:12.1f}"
+          f"{z['cpu'] / z['cases'] * 1000:12.1f}")
+    zygote = z["launcher"]
+    if getattr(zygote, "forked", 0):
+        print(f"{'pages copied ahead per launch':34}{'':12}{zygote.copied / zygote.forked:12.0f}"
+              f"   ({'on' if zygote.copy_ahead else 'off'}: chaos.prefault)")
     # The agent processes' lives (each from its creation to its exit status) and the probe phase: cases/s if all
     # else cost nothing, and that rate against this run's exec rate (the harness's work during those lives counts).
-    floor = {k: mean(r["agents"]) + mean(r["phases"]["probes"]) for k, r in (("exec", e), ("zygote", z))}
+    floor = {k: mean(r["agents"]) + mean(r["phases"]["probes"]) + mean(r["hidden"]) for k, r in (("exec", e), ("zygote", z))}
     print(f"{'in agent processes + probes (ms)':34}{floor['exec']:12.1f}{floor['zygote']:12.1f}")
     ceiling = 1000 / floor["zygote"] if floor["zygote"] else 0.0
     print(f"{'ceiling: all else free (cases/s)':34}{'':12}{ceiling:12.2f}   ratio to this exec "

@@ -183,6 +183,26 @@ _server: tuple[int, ScriptedServer] | None = None
 
 
 _launchers: dict[tuple, Launcher] = {}
+# How many case loops run on this machine at once: a campaign's workers; 1 for a single case (and bench/campaign.py's
+# one loop). A zygote's spare copies ahead the pages its launch will write (chaos.prefault) only when that leaves a
+# core idle: with every core running a loop, the copies cost more CPU than the faults they save (measured: a
+# 586-case campaign on 2 workers took 20-40 % more CPU with them).
+_loops = 1
+
+
+def set_loops(n: int) -> None:
+    """Say how many case loops (campaign workers) this machine runs at once; before the first launcher starts."""
+    global _loops
+    _loops = max(1, n)
+
+
+def copies_ahead() -> bool:
+    """Whether this process's zygotes copy pages ahead: when its loops leave a core of this process idle."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return _loops < cores
 
 
 def shared_launcher(target: Target) -> Launcher:
@@ -200,7 +220,8 @@ def shared_launcher(target: Target) -> Launcher:
         if key not in _launchers:
             from chaos.zygote import launcher_for
 
-            launcher = launcher_for(target, warn=lambda line: print(f"killpoint: {line}", file=sys.stderr))
+            launcher = launcher_for(target, warn=lambda line: print(f"killpoint: {line}", file=sys.stderr),
+                                    copy_ahead=copies_ahead())
             _launchers[key] = launcher
             close = getattr(launcher, "close", None)
             if close is not None:
@@ -464,9 +485,12 @@ def execute_case(scenario, schedule, *, work_dir: Path, target: Target, baseline
                                            srv.requests(key), witness, workspace, baseline, started.before)
                         except Exception:  # noqa: BLE001 - e.g. a file the probe removed mid-read: judged after
                             early = None
-                        overlapped = time.monotonic() - t
-                        # Conservative: hidden only if the probe was visibly still running after the oracle.
-                        hidden = overlapped if started.proc.poll() is None else 0.0
+                        done = time.monotonic()
+                        overlapped = done - t
+                        # Hidden: the part of the oracle's work the probe's life covered. A probe already reaped
+                        # covered it up to its end when its reaper says when (the zygote); else (exec) none of it.
+                        ended = started.proc.ended if started.proc.poll() is not None else done
+                        hidden = max(0.0, min(done, ended) - t) if ended is not None else 0.0
                 finally:  # whatever the oracle raised, the probe is waited for (or killed): it never outlives us
                     probe_results.append(_finish_probe(started, limits))
                 if probe_results[-1].sha_before == probe_results[-1].sha_after:

@@ -10,8 +10,8 @@ skipped with the reason and the command that prepares it (never silently).
 
 The probe runs *inside* such an environment, whose ``site-packages`` knows nothing of killpoint. It is stdlib-only,
 so ``probe_path`` copies exactly the modules a probe launch needs (``chaos.probe`` and the zygote's server side,
-``chaos.zygote``) into a directory of their own, put on ``PYTHONPATH`` — never killpoint's own ``site-packages``,
-whose pydantic or openai would shadow the framework's.
+``chaos.zygote`` with ``chaos.prefault``) into a directory of their own, put on ``PYTHONPATH`` — never killpoint's
+own ``site-packages``, whose pydantic or openai would shadow the framework's.
 
 Cache root: ``$KILLPOINT_CACHE``, else ``$XDG_CACHE_HOME/killpoint``, else ``~/.cache/killpoint``.
 
@@ -35,7 +35,7 @@ from pathlib import Path
 from chaos.errors import ChaosError
 
 READY = "killpoint-ready.json"  # written last, atomically: its presence means the install finished
-PROBE_FILES = ("probe/__init__.py", "probe/run.py", "probe/inspect.py", "zygote.py")
+PROBE_FILES = ("probe/__init__.py", "probe/run.py", "probe/inspect.py", "zygote.py", "prefault.py")
 
 
 class PrepareError(ChaosError):
@@ -139,8 +139,8 @@ def _probe_digest() -> str:
 
 
 def probe_path() -> str:
-    """A directory holding only the probe's modules (``chaos.probe``, ``chaos.zygote``), for ``PYTHONPATH`` of a
-    foreign interpreter; rebuilt when their source changes."""
+    """A directory holding only the probe's modules (``chaos.probe``, ``chaos.zygote``, ``chaos.prefault``), for
+    ``PYTHONPATH`` of a foreign interpreter; rebuilt when their source changes."""
     here = Path(__file__).resolve().parent
     root = cache_root() / "probe" / _probe_digest()
     if (root / "chaos" / "zygote.py").is_file():

@@ -57,6 +57,9 @@ class AgentProcess(Protocol):
     pid: int
     session_id: int
     created: float  # time.monotonic() when the process was created (CLOCK_MONOTONIC: one clock for every process)
+    # time.monotonic() when its reaper reaped it, once its exit status is known and the reaper says (the zygote
+    # does); None: only the caller's own observation is known (Popen reaps when asked).
+    ended: float | None
 
     def poll(self) -> int | None:
         """The exit status if the leader has ended (reaping it), else None. Negative = killed by that signal."""
@@ -183,6 +186,7 @@ class PopenProcess:
     def __init__(self, popen: subprocess.Popen, created: float):
         self._popen = popen
         self.created = created
+        self.ended: float | None = None  # Popen reaps when asked: the caller's observation is all there is
         self.pid = popen.pid
         self.session_id = popen.pid
         self._pidfd: int | None

@@ -225,6 +225,11 @@ class _Case:
     def _now(self) -> float:
         return round(time.monotonic() - self.t0, 6)
 
+    def _ended(self, proc: AgentProcess) -> float:
+        """When ``proc`` (reaped) ended: its reaper's word where it has one (the zygote's), else now."""
+        now = self._now()
+        return now if proc.ended is None else max(0.0, min(now, round(proc.ended - self.t0, 6)))
+
     # ---- socket --------------------------------------------------------------------------------------------------
 
     def _listen(self) -> socket.socket:
@@ -511,7 +516,7 @@ class _Case:
         # while the kernel tore the leader down, the copy missed such writes in 9-17 of 30 runs of a test agent).
         report = self.procs[conn.launch].kill_session(self.limits.kill_seconds)
         if self.procs[conn.launch].poll() is not None:  # reaped: its life ends here, not after the bookkeeping below
-            launch.ended = self._now()
+            launch.ended = self._ended(self.procs[conn.launch])
         if not report.survivors:
             self.emptied.add(conn.launch)
         launch.killed_by = "fault"
@@ -637,7 +642,7 @@ class _Case:
         launch = self.run_rec.launches[index]
         launch.returncode = rc
         if launch.ended is None:
-            launch.ended = self._now()
+            launch.ended = self._ended(self.procs[index])
         self.live.discard(index)
         proc = self.procs[index]
         if proc.exit_fd() is not None:

@@ -621,9 +621,13 @@ def _die_with_parent(parent: int) -> None:
         _stop_now(STOP_SIGNAL, None)
 
 
-def worker_main(config: WorkerConfig, conn: Connection, parent: int) -> None:
-    """Worker loop: receive ``(job_id, kind, args)``, send ``(job_id, "ok"|"error", payload)``; ``None`` stops it."""
+def worker_main(config: WorkerConfig, conn: Connection, parent: int, loops: int = 1) -> None:
+    """Worker loop: receive ``(job_id, kind, args)``, send ``(job_id, "ok"|"error", payload)``; ``None`` stops it.
+    ``loops``: how many workers the pool runs (see chaos.case.set_loops)."""
+    from chaos.case import set_loops
+
     _die_with_parent(parent)
+    set_loops(loops)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the campaign's to handle, not each worker's
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # idem for a CI runner's SIGTERM to the process group
     ctx = Context(config)
@@ -680,7 +684,8 @@ class WorkerPool:
 
     def _spawn(self) -> _Worker:
         parent, child = self.ctx.Pipe()
-        process = self.ctx.Process(target=worker_main, args=(self.config, child, os.getpid()), daemon=True)
+        process = self.ctx.Process(target=worker_main, args=(self.config, child, os.getpid(), self.size),
+                                   daemon=True)
         process.start()
         child.close()
         worker = _Worker(process, parent)

@@ -16,7 +16,10 @@ the spare its request and its two output files (``SCM_RIGHTS`` over a ``SOCK_SEQ
 forked after the answer. Without a spare (killed, stopped or signalled from outside: it waits with signals blocked,
 so one with a signal pending is discarded; or a request bigger than one hand-off message) the launch forks on its
 own path, as the spare would have. Measured (``bench/campaign.py``): a launch's request → its
-child's first barrier 1.1-1.4 ms shorter, the ratio to exec 7.1-7.5× → 7.3-7.9×. The answer carries the child's pid and
+child's first barrier 1.1-1.4 ms shorter, the ratio to exec 7.1-7.5× → 7.3-7.9×. With ``--copy-ahead`` (given when
+the harness's loops leave a core idle: ``chaos.case.copies_ahead``) a spare also copies, before its launch arrives,
+the pages launches were seen to write (``chaos.prefault``: learned from launches that exit by themselves, reported
+to an abstract Unix socket of the zygote): a launch's first barrier 7.1-7.8 → 4.5-5.2 ms after its hand-off. The answer carries the child's pid and
 when it got the launch — the hand-off, or the moment its fork returned (``time.monotonic()``: CLOCK_MONOTONIC, one
 clock for every process) — which the harness records as the launch's start. The child ends up with:
 
@@ -84,10 +87,13 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from chaos import prefault
+
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 # The zygote's parent-death signal (the worker died): it sweeps, then exits. Not SIGTERM: see serve().
 STOP_SIGNAL = signal.SIGUSR2
+COPY_AHEAD = "--copy-ahead"  # the zygote's option: spares copy ahead the pages launches write (chaos.prefault)
 READY_SECONDS = 120.0  # the preload may be a framework that imports for seconds on a cold, busy machine
 REPLY_SECONDS = 30.0
 
@@ -324,15 +330,19 @@ def _spare_wait(handoff: socket.socket) -> tuple[dict, int, int] | None:
 
 
 def _become(request: Mapping | None, zygote_pid: int, out: int, err: int, main: tuple | None,
-            resets: Sequence[tuple[int, object]], handoff: socket.socket | None = None) -> None:
+            resets: Sequence[tuple[int, object]], handoff: socket.socket | None = None,
+            copy: Sequence[tuple[int, int]] = (), learn: bytes | None = None) -> None:
     """In the forked child: turn this process into a fresh launch of ``request["module"]``; never returns.
     ``out``/``err`` are the launch's output files, opened by the zygote before the fork (so they exist, as with
     exec, the moment the launch is announced); ``resets`` the signal dispositions to restore.
 
     A *spare* (``request`` None) does all that depends on no launch first — its session, parent-death signal,
-    signal dispositions, stdin, descriptors, random state — then waits on ``handoff`` for its launch and its two
-    output files, and goes on as any launch."""
+    signal dispositions, stdin, descriptors, random state, and the copies of the pages launches were seen to write
+    (``copy``, see chaos.prefault) — then waits on ``handoff`` for its launch and its two output files, and goes on
+    as any launch. ``learn``: the zygote's learner, to which the launch reports the pages it wrote if it exits by
+    itself."""
     code = 1
+    launched = request is not None
     try:
         os.setsid()
         _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -355,11 +365,16 @@ def _become(request: Mapping | None, zygote_pid: int, out: int, err: int, main: 
 
         if request is None:
             assert handoff is not None
+            try:
+                prefault.populate(copy)
+            except Exception:  # noqa: BLE001 - only an optimisation: the launch faults those pages in, as before
+                pass
             launch = _spare_wait(handoff)
             if launch is None:
                 code = 0
                 return
             request, out, err = launch
+            launched = True
             main = _main_code(request["module"])  # as the zygote had it (compiled before this spare's fork, or now)
             for fd, target in ((out, 1), (err, 2)):
                 os.dup2(fd, target)
@@ -417,6 +432,8 @@ def _become(request: Mapping | None, zygote_pid: int, out: int, err: int, main: 
             code = 1
     finally:
         _flush()
+        if launched and learn is not None:  # after its output is out: the harness may already read it
+            prefault.report(learn)
         os._exit(code & 0xFF if isinstance(code, int) else 1)  # never the zygote's atexit handlers or finalizers
 
 
@@ -474,13 +491,15 @@ def _reap(children: dict[int, int], sock: socket.socket | None = None) -> set[in
             launch = children.pop(pid)
             if sock is not None:
                 try:
-                    _send(sock, {"exit": pid, "id": launch, "status": os.waitstatus_to_exitcode(status)})
+                    _send(sock, {"exit": pid, "id": launch, "status": os.waitstatus_to_exitcode(status),
+                                 "at": time.monotonic()})  # reaped on SIGCHLD: within a few µs of its end
                 except OSError:
                     pass
 
 
-def serve(fd: int, preload: Sequence[str]) -> int:
-    """The zygote's life: preload, announce, then fork one child per launch request until end-of-file."""
+def serve(fd: int, preload: Sequence[str], copy_ahead: bool = False) -> int:
+    """The zygote's life: preload, announce, then fork one child per launch request until end-of-file.
+    ``copy_ahead``: spares copy the pages launches were seen to write (chaos.prefault)."""
     parent = os.getppid()
     fresh = _dispositions()  # before the zygote installs a handler: what an interpreter exec'd here starts with
     sock = socket.socket(fileno=fd)
@@ -528,11 +547,24 @@ def serve(fd: int, preload: Sequence[str]) -> int:
     handlers = watch.kept() if getattr(_libc(), "fork", None) else None  # (no libc fork: os.fork)
     if handlers is not None:
         _fork_function()
+    try:
+        learner: prefault.Learner | None = prefault.Learner() if copy_ahead and prefault.prepare() else None
+    except OSError:  # no abstract Unix sockets here: launches fault their pages in, as without it
+        learner = None
+    forks = 0  # children forked to take a launch (spares included): which of them learn
 
-    def new_spare() -> tuple[int, socket.socket] | None:
-        """Fork the next launch's process ahead of its request (see _become): off the path of any launch."""
+    def learns() -> bytes | None:
+        nonlocal forks
+        forks += 1
+        return learner.address if learner is not None and learner.learns(forks) else None
+
+    def new_spare() -> tuple[int, socket.socket, int] | None:
+        """Fork the next launch's process ahead of its request (see _become): off the path of any launch. The
+        third item: how many pages it copies ahead."""
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         mine.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _HANDOFF_SNDBUF)
+        copy = learner.runs if learner is not None else []
+        learn = learns()
         try:
             pid, _ = _fork(handlers, blocked)
         except OSError:
@@ -540,9 +572,9 @@ def serve(fd: int, preload: Sequence[str]) -> int:
             theirs.close()
             return None  # (out of processes, say): the next launch forks on its own path
         if pid == 0:
-            _become(None, zygote_pid, -1, -1, None, resets, handoff=theirs)
+            _become(None, zygote_pid, -1, -1, None, resets, handoff=theirs, copy=copy, learn=learn)
         theirs.close()
-        return pid, mine
+        return pid, mine, prefault.pages(copy)
 
     spare = new_spare()
     _send(sock, {"ready": zygote_pid, "fork": "os" if handlers is None else f"libc, {len(handlers)} handler(s)"})
@@ -550,9 +582,11 @@ def serve(fd: int, preload: Sequence[str]) -> int:
     try:
         while not stop:
             try:
-                ready, _, _ = select.select([sock, wake_r], [], [])
+                ready, _, _ = select.select([sock, wake_r, *([learner.sock] if learner else [])], [], [])
             except InterruptedError:
                 continue
+            if learner is not None and learner.sock in ready:
+                learner.receive()
             if wake_r in ready:
                 try:
                     os.read(wake_r, 4096)
@@ -578,10 +612,13 @@ def serve(fd: int, preload: Sequence[str]) -> int:
                         main = _main_code(request["module"])  # compiled once here: later spares inherit it
                         for name in ("stdout", "stderr"):
                             opened.append(os.open(request[name], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+                        copied = spare[2] if spare else 0
                         pid, forked, spare = _hand_off(spare, line, opened) if spare else (0, 0.0, None)
+                        learn = None
                         if not pid:  # no spare, or it is gone: fork on this launch's path
                             # The reply below comes after the parent's side of the fork, while the child already
                             # runs: it carries when the child came to exist.
+                            copied, learn = 0, learns()
                             pid, forked = _fork(handlers, blocked)
                     except OSError as exc:
                         for fd in opened:
@@ -589,16 +626,18 @@ def serve(fd: int, preload: Sequence[str]) -> int:
                         _send(sock, {"id": request["id"], "error": str(exc)})
                         continue
                     if pid == 0:
-                        _become(request, zygote_pid, *opened, main, resets)
+                        _become(request, zygote_pid, *opened, main, resets, learn=learn)
                     for fd in opened:
                         os.close(fd)
                     children[pid] = request["id"]
-                    _send(sock, {"id": request["id"], "pid": pid, "forked": forked})
+                    _send(sock, {"id": request["id"], "pid": pid, "forked": forked, "copied": copied})
                 if spare is None and not stop:
                     spare = new_spare()  # after the answers, off every launch's path
     finally:
         if spare is not None:
             spare[1].close()  # end-of-file: the spare exits by itself (and the sweep below kills it anyway)
+        if learner is not None:
+            learner.close()
         _sweep(dict(children))
         _reap(children)
     return 0
@@ -617,11 +656,11 @@ def _spare_clean(pid: int) -> bool:
         return False
 
 
-def _hand_off(spare: tuple[int, socket.socket], line: bytes, files: Sequence[int]):
+def _hand_off(spare: tuple[int, socket.socket, int], line: bytes, files: Sequence[int]):
     """Give a spare its launch (the request line and its two output files): (its pid, when it got them, None); or
     (0, 0.0, the spare still waiting) for a request too big for one message; or (0, 0.0, None) when the spare is gone
     (its socket closed with it, so a pid reused by another process is never taken for it)."""
-    pid, handoff = spare
+    pid, handoff, _ = spare
     if not _spare_clean(pid):
         try:
             os.kill(pid, signal.SIGKILL)  # not reaped yet (serve drops a reaped spare): the pid is still its own
@@ -657,7 +696,7 @@ class ZygoteLauncher:
     """
 
     def __init__(self, module: str, preload: Sequence[str] = (), *, python: str = sys.executable,
-                 stderr: str | Path | None = None, env: Mapping[str, str] | None = None):
+                 stderr: str | Path | None = None, env: Mapping[str, str] | None = None, copy_ahead: bool = False):
         from chaos.process import SubprocessLauncher
 
         self.module = module
@@ -666,10 +705,14 @@ class ZygoteLauncher:
         # Added to the zygote's own environment: what another interpreter environment needs to import the probe
         # (PYTHONPATH, chaos.environments.probe_path). Read at interpreter start-up, so every launch shares it.
         self.env = dict(env or {})
+        self.copy_ahead = copy_ahead
         self.exec = SubprocessLauncher()
         self.fallback: str | None = None
         self.fork: str | None = None  # how the zygote forks, once it is ready
+        self.forked = 0  # launches the zygote forked (or handed to a spare)
+        self.copied = 0  # pages their spares copied ahead, in all (chaos.prefault)
         self._status: dict[int, int] = {}  # launch id -> exit status (never by pid: pids are reused)
+        self._ended: dict[int, float] = {}  # launch id -> when the zygote reaped it (time.monotonic())
         self._next = 0
         self._buffer = b""
         self._sock: socket.socket | None = None
@@ -683,7 +726,8 @@ class ZygoteLauncher:
         err = open(stderr, "ab") if stderr else subprocess.DEVNULL
         try:
             self._proc = subprocess.Popen(
-                [self.python, "-m", "chaos.zygote", str(theirs.fileno()), *self.preload],
+                [self.python, "-m", "chaos.zygote", *([COPY_AHEAD] if self.copy_ahead else []), str(theirs.fileno()),
+                 *self.preload],
                 pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
                 close_fds=True, start_new_session=True, env={**os.environ, **self.env} if self.env else None)
         except OSError as exc:
@@ -735,6 +779,18 @@ class ZygoteLauncher:
     def alive(self) -> bool:
         return self._sock is not None and self._proc is not None and self._proc.poll() is None
 
+    def cpu_seconds(self) -> float:
+        """CPU time of the zygote and of every child it has reaped (spares and launches): user + system, its own
+        and its waited-for children's (``/proc/PID/stat``); 0.0 once it is gone."""
+        if self._proc is None:
+            return 0.0
+        try:
+            with open(f"/proc/{self._proc.pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            return 0.0
+        return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")  # utime stime cutime cstime
+
     # ---- messages ----------------------------------------------------------------------------------------------
 
     def _read_until(self, done, timeout: float) -> dict | None:
@@ -746,6 +802,8 @@ class ZygoteLauncher:
                 message = json.loads(line)
                 if "exit" in message:
                     self._status[message["id"]] = message["status"]
+                    if isinstance(message.get("at"), float):
+                        self._ended[message["id"]] = message["at"]
                 if done(message):
                     return message
             left = deadline - time.monotonic()
@@ -763,6 +821,10 @@ class ZygoteLauncher:
     def pump(self, timeout: float = 0.0) -> None:
         """Record whatever the zygote has said (exit statuses) within ``timeout`` seconds."""
         self._read_until(lambda m: False, timeout)
+
+    def ended(self, launch: int) -> float | None:
+        """When the zygote reaped launch ``launch`` (once its status is known; taken: asked once)."""
+        return self._ended.pop(launch, None)
 
     def status(self, launch: int, timeout: float = 0.0) -> int | None:
         """The exit status of launch ``launch`` (its id) once the zygote reaped it (waiting up to ``timeout``)."""
@@ -801,6 +863,8 @@ class ZygoteLauncher:
         # side saw (one clock, CLOCK_MONOTONIC).
         forked = reply.get("forked")
         created = min(max(forked, sent), time.monotonic()) if isinstance(forked, float) else time.monotonic()
+        self.forked += 1
+        self.copied += reply.get("copied", 0)
         return ZygoteProcess(self, reply["pid"], request["id"], created)
 
 
@@ -820,6 +884,7 @@ class ZygoteProcess:
         except ProcessLookupError:  # it exited (and was reaped) at once: the zygote's word is all there is
             self._pidfd = None
         self.returncode: int | None = None
+        self.ended: float | None = None  # when the zygote reaped it: its word, as for the status
 
     def _exited(self, timeout: float) -> bool:
         if self._pidfd is None:
@@ -836,6 +901,8 @@ class ZygoteProcess:
                 if code is None and self.launcher.died:
                     code = -signal.SIGKILL  # its zygote died: the child got its parent-death signal, SIGKILL
             self.returncode = code
+            if code is not None:
+                self.ended = self.launcher.ended(self.launch)
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int | None:
@@ -881,10 +948,11 @@ def pidfd_supported() -> bool:
         return False
 
 
-def launcher_for(target, *, warn=None):
+def launcher_for(target, *, warn=None, copy_ahead: bool = False):
     """The launcher of ``target`` (``chaos.target.Target``) in this process: a zygote when the target allows one
     (``launcher = "zygote"`` and a ``python -m MODULE`` command of this interpreter), else exec. A zygote that cannot
-    serve falls back to exec and ``warn`` gets one line saying why. Call it from the main thread: the zygote's
+    serve falls back to exec and ``warn`` gets one line saying why; ``copy_ahead``: its spares copy ahead the pages
+    launches write (chaos.prefault). Call it from the main thread: the zygote's
     parent-death signal is tied to the thread that started it, and it must live as long as the process."""
     import threading
 
@@ -906,17 +974,19 @@ def launcher_for(target, *, warn=None):
         # The preload imports with the target's own settings (its telemetry switches: CrewAI decides at import
         # whether to start an exporter thread); a value naming the case directory cannot apply to a zygote.
         env = {**{k: v for k, v in target.probe.env if "{case}" not in v}, **env}
-    launcher = ZygoteLauncher(module, preload, python=target.interpreter(), env=env)
+    launcher = ZygoteLauncher(module, preload, python=target.interpreter(), env=env, copy_ahead=copy_ahead)
     if launcher.fallback and warn is not None:
         warn(f"zygote launcher unavailable ({launcher.fallback}); launching by exec")
     return launcher
 
 
 def main(argv: list[str]) -> int:
+    copy_ahead = argv[:1] == [COPY_AHEAD]
+    argv = argv[1:] if copy_ahead else argv
     if len(argv) < 1 or not argv[0].isdigit():
-        sys.stderr.write("usage: python -m chaos.zygote FD MODULE...\n")
+        sys.stderr.write(f"usage: python -m chaos.zygote [{COPY_AHEAD}] FD MODULE...\n")
         return 2
-    return serve(int(argv[0]), argv[1:])
+    return serve(int(argv[0]), argv[1:], copy_ahead)
 
 
 if __name__ == "__main__":

@@ -181,6 +181,16 @@ class TestStatuses:
         if args == ("raise",):
             assert "RuntimeError: boom" in err.read_text()
 
+    def test_a_launch_ends_when_the_zygote_reaped_it_not_when_the_harness_looked(self, zygote, tmp_path):
+        """``ended`` is the zygote's reaping time (its word, as the status): before the harness asked, after the
+        launch was created."""
+        proc, _, err = launch(zygote, tmp_path, "exit", "0")
+        assert until(lambda: zygote.status(proc.launch, 0.05) is not None)  # reaped and reported
+        looked = time.monotonic()
+        time.sleep(0.05)  # the harness looks late
+        assert proc.wait(20) == 0, err.read_text()
+        assert proc.ended is not None and proc.created < proc.ended < looked
+
     def test_a_reused_pid_never_inherits_an_old_launchs_status(self, zygote, tmp_path):
         """Statuses are keyed by launch, not pid: once a pid is reaped and reused (pid_max wraps in a nightly), the
         new process is not taken for the old one that exited."""

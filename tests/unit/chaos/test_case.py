@@ -1,7 +1,9 @@
-"""Tests of chaos.case.Judgement: a judgement made while the convergence probe ran stands only if the probe
-changed nothing it read."""
+"""Tests of chaos.case: a judgement made while the convergence probe ran stands only if the probe changed nothing it
+read; zygotes copy pages ahead only when a core is left idle."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -66,3 +68,17 @@ def test_the_probes_results_reach_converges_only(tmp_path):
     converges = judgement.results[0]
     assert converges.name == "converges" and not converges.ok
     assert any("resume exited 1" in f.message for f in converges.findings)
+
+
+def test_zygotes_copy_ahead_only_when_the_loops_leave_a_core_idle(monkeypatch):
+    """One loop on a machine of two cores copies ahead; as many loops as cores (a full campaign) does not."""
+    from chaos import case
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    case.set_loops(1)
+    assert case.copies_ahead()
+    case.set_loops(2)
+    assert not case.copies_ahead()
+    case.set_loops(0)  # at least one loop: this process itself
+    assert case.copies_ahead()
+    case.set_loops(1)

@@ -1,0 +1,142 @@
+"""chaos.prefault on real memory: a forked child finds the pages it wrote, a populated page is this process's own copy
+with its content unchanged, and a zygote's spares copy what its launches reported."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import mmap
+import os
+import sys
+
+import pytest
+
+from chaos import prefault
+from chaos.prefault import PAGE
+from chaos.zygote import ZygoteLauncher
+from tests.integration.test_zygote import MODULE, launch
+
+PAGES = 64
+
+
+def own_pages(first: int, count: int) -> list[bool]:
+    """For each page: present and mapped by this process alone (read from /proc/self/pagemap)."""
+    with open("/proc/self/pagemap", "rb") as f:
+        f.seek(first * 8)
+        data = f.read(count * 8)
+    return [int.from_bytes(data[i:i + 8], "little") >> 56 & 0x81 == 0x81 for i in range(0, len(data), 8)]
+
+
+@pytest.fixture
+def region():
+    """A private anonymous mapping of PAGES pages, every page written (present, then shared with forked children)."""
+    buf = mmap.mmap(-1, PAGES * PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    for i in range(PAGES):
+        buf[i * PAGE] = i + 1
+    first = ctypes.addressof(ctypes.c_char.from_buffer(buf)) // PAGE
+    yield buf, first
+    buf.close()
+
+
+def in_child(fn) -> dict:
+    """Run ``fn()`` in a forked child and return what it returned (JSON through a pipe)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            os.write(w, json.dumps(fn()).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        data = f.read()
+    os.waitpid(pid, 0)
+    return json.loads(data)
+
+
+def test_a_forked_child_finds_the_pages_it_wrote_and_not_the_ones_it_only_shares(region):
+    """Pages 10-19 written after the fork are reported; pages 30-39, only read, are not (still shared)."""
+    buf, first = region
+
+    def child():
+        for i in range(10, 20):
+            buf[i * PAGE + 1] = 7
+        _ = [buf[i * PAGE] for i in range(30, 40)]
+        covered = set()
+        for start, count in prefault.written():
+            covered.update(range(start, start + count))
+        return {"written": [first + i in covered for i in range(10, 20)],
+                "read": [first + i in covered for i in range(30, 40)]}
+
+    seen = in_child(child)
+    assert all(seen["written"]) and not any(seen["read"])
+
+
+def test_populate_makes_the_pages_the_childs_own_and_changes_no_byte(region):
+    """After populate, the asked pages are exclusively this process's (no fault left to take on a write) and hold
+    what they held; other pages stay shared; runs outside any writable mapping are left alone."""
+    buf, first = region
+
+    def child():
+        before = bytes(buf)
+        asked = prefault.populate([(first + 10, 10), (1, 1)])  # page 1: never a mapping of a Linux process
+        return {"asked": asked, "own": own_pages(first, PAGES), "same": bytes(buf) == before}
+
+    seen = in_child(child)
+    assert seen["same"] and seen["asked"] == 10
+    assert seen["own"][10:20] == [True] * 10
+    assert not any(seen["own"][30:40])
+
+
+@pytest.mark.parametrize("copy_ahead", [True, False])
+def test_a_zygote_copies_ahead_what_its_launches_reported_only_when_asked(tmp_path, copy_ahead):
+    """With copy-ahead on, launches that exit report the pages they wrote and a later spare copies them; off, no
+    launch reports and no spare copies."""
+    launcher = ZygoteLauncher(MODULE, ("json", "subprocess", "ctypes"), copy_ahead=copy_ahead)
+    try:
+        assert launcher.fallback is None, launcher.fallback
+        for i in range(3):
+            proc, _, err = launch(launcher, tmp_path, "exit", "0")
+            assert proc.wait(20) == 0, err.read_text()
+            proc.close()
+        assert launcher.forked == 3
+        # The first two spares were forked before any launch had exited; the third after two reports.
+        assert (launcher.copied > 0) is copy_ahead
+    finally:
+        launcher.close()
+
+
+def test_a_launch_from_a_spare_that_copied_ahead_sees_what_an_exec_launch_sees(tmp_path):
+    """Copying pages changes nothing a launch can see: its report equals exec's, as for any spare."""
+    from chaos.process import SubprocessLauncher
+
+    launcher = ZygoteLauncher(MODULE, ("json", "subprocess", "ctypes"), copy_ahead=True)
+    try:
+        for _ in range(2):
+            proc, _, _ = launch(launcher, tmp_path, "exit", "0")
+            assert proc.wait(20) == 0
+            proc.close()
+        seen = []
+        for each in (launcher, SubprocessLauncher()):
+            work = tmp_path / type(each).__name__
+            work.mkdir()
+            proc, out, err = launch(each, work, "report", FRESH_VARS="A", A="1")
+            assert proc.wait(20) == 0, err.read_text()
+            proc.close()
+            seen.append(json.loads(out.read_text()))
+        assert launcher.copied > 0
+        forked, execd = seen
+        for key in ("argv", "argv0", "main", "env", "signals", "mask", "threads", "threading", "session_leader",
+                    "stdin_empty", "fds"):
+            assert forked[key] == execd[key], key
+    finally:
+        launcher.close()
+
+
+def test_the_zygote_usage_line_names_the_option():
+    """A bad command line of the zygote is one usage line and exit 2."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-m", "chaos.zygote", "--copy-ahead"], capture_output=True, text=True)
+    assert done.returncode == 2 and done.stderr == "usage: python -m chaos.zygote [--copy-ahead] FD MODULE...\n"

@@ -1,0 +1,65 @@
+"""The pure core of chaos.prefault: page runs from /proc text and pagemap bytes, their union, intersection and
+wire format."""
+
+from __future__ import annotations
+
+import struct
+
+from chaos import prefault
+from chaos.prefault import PAGE
+
+PRESENT, EXCLUSIVE = 1 << 63, 1 << 56
+
+
+def pagemap(*entries: int) -> bytes:
+    return b"".join(struct.pack("<Q", e) for e in entries)
+
+
+def test_writable_spans_are_the_private_writable_mappings_only():
+    """rw-p lines count (anonymous, heap, a library's data); shared, read-only and executable ones do not."""
+    maps = "\n".join([
+        f"{1 * PAGE:x}-{3 * PAGE:x} rw-p 00000000 00:00 0 ",
+        f"{3 * PAGE:x}-{4 * PAGE:x} r--p 00000000 08:01 12 /usr/lib/libc.so.6",
+        f"{5 * PAGE:x}-{9 * PAGE:x} rw-s 00000000 00:05 7 /dev/shm/x",
+        f"{9 * PAGE:x}-{10 * PAGE:x} r-xp 00000000 08:01 12 /usr/lib/libc.so.6",
+        f"{10 * PAGE:x}-{12 * PAGE:x} rw-p 00001000 08:01 12 /usr/lib/libc.so.6",
+        f"{20 * PAGE:x}-{21 * PAGE:x} rw-p 00000000 00:00 0 [heap]",
+    ])
+    assert prefault.writable_spans(maps) == [(1, 3), (10, 12), (20, 21)]
+
+
+def test_exclusive_runs_need_both_present_and_exclusive():
+    """A page counts when present and mapped by this process alone; shared, absent or swapped pages do not."""
+    data = pagemap(PRESENT | EXCLUSIVE, PRESENT | EXCLUSIVE | 123, PRESENT, EXCLUSIVE, 0,
+                   PRESENT | EXCLUSIVE, PRESENT | EXCLUSIVE | (1 << 55), PRESENT | (1 << 61))
+    assert prefault.exclusive_runs(data, 100) == [(100, 2), (105, 2)]
+    assert prefault.exclusive_runs(b"", 7) == []
+
+
+def test_union_joins_overlapping_and_adjacent_runs():
+    """The union covers every page of both, once, in order."""
+    assert prefault.union([(10, 5), (30, 2)], [(12, 10), (40, 1), (32, 1)]) == [(10, 12), (30, 3), (40, 1)]
+    assert prefault.union([], [(5, 1)]) == [(5, 1)]
+    assert prefault.union([(1, 10)], [(3, 2)]) == [(1, 10)]
+
+
+def test_intersect_keeps_only_the_parts_inside_the_spans():
+    """Runs are cut at span edges; a run outside every span disappears."""
+    runs = [(0, 4), (6, 6), (20, 2), (30, 5)]
+    spans = [(2, 8), (10, 21), (40, 50)]
+    assert prefault.intersect(runs, spans) == [(2, 2), (6, 2), (10, 2), (20, 1)]
+    assert prefault.intersect(runs, []) == []
+    assert prefault.pages(prefault.intersect(runs, [(0, 100)])) == prefault.pages(runs) == 17
+
+
+def test_a_report_round_trips_and_a_malformed_one_is_nothing():
+    """encode/decode are inverses; a datagram that is not whole runs decodes to no runs."""
+    runs = [(1, 2), (1 << 40, 7)]
+    assert prefault.decode(prefault.encode(runs)) == runs
+    assert prefault.decode(prefault.encode(runs)[:-1]) == []
+    assert prefault.decode(b"") == []
+
+
+def test_the_first_launches_then_every_power_of_two_learn():
+    """Learning costs a launch ~1 ms: the first eight, then the 16th, 32nd… launch report."""
+    assert [n for n in range(1, 70) if prefault.Learner.learns(n)] == [1, 2, 3, 4, 5, 6, 7, 8, 16, 32, 64]
