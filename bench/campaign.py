@@ -209,7 +209,7 @@ def main() -> int:
           f"{z['cpu'] / z['cases'] * 1000:12.1f}")
     zygote = z["launcher"]
     if getattr(zygote, "forked", 0):
-        print(f"{'pages copied ahead per launch':34}{'':12}{zygote.copied / zygote.forked:12.0f}"
+        print(f"{'pages to copy ahead per launch':34}{'':12}{zygote.copied / zygote.forked:12.0f}"
               f"   ({'on' if zygote.copy_ahead else 'off'}: chaos.prefault)")
     # The agent processes' lives (each from its creation to its exit status) and the probe phase: cases/s if all
     # else cost nothing, and that rate against this run's exec rate (the harness's work during those lives counts).

@@ -198,11 +198,71 @@ def set_loops(n: int) -> None:
 
 def copies_ahead() -> bool:
     """Whether this process's zygotes copy pages ahead: when its loops leave a core of this process idle."""
+    return _loops < usable_cores()
+
+
+def usable_cores() -> float:
+    """The cores this process may use: its CPU affinity, lowered by a CPU quota of its cgroup (a CI container
+    limited to 1.5 CPUs of a 4-core host has 1.5)."""
     try:
-        cores = len(os.sched_getaffinity(0))
+        cores: float = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
-    return _loops < cores
+
+    def read(path: str) -> str:
+        with open(path) as f:
+            return f.read()
+
+    try:
+        quota = cgroup_quota(read("/proc/self/cgroup"), read)
+    except OSError:
+        quota = None
+    return min(cores, quota) if quota is not None else cores
+
+
+def cgroup_quota(cgroup: str, read) -> float | None:
+    """CPU quota / period of the cgroup a ``/proc/self/cgroup`` text names (v2 ``cpu.max``; v1
+    ``cpu.cfs_quota_us`` and ``cpu.cfs_period_us``), its files read with ``read(path)``; None: no quota."""
+    for line in cgroup.splitlines():
+        fields = line.split(":", 2)
+        if len(fields) != 3:
+            continue
+        _, controllers, path = fields
+        path = path.rstrip("/")
+        try:
+            if controllers == "":  # v2: "max 100000" or "150000 100000"
+                quota, period = read(f"/sys/fs/cgroup{path}/cpu.max").split()[:2]
+            elif "cpu" in controllers.split(","):  # v1: -1 for none
+                base = f"/sys/fs/cgroup/{controllers}{path}"
+                quota, period = read(f"{base}/cpu.cfs_quota_us").strip(), read(f"{base}/cpu.cfs_period_us").strip()
+            else:
+                continue
+            if quota not in ("max", "-1") and int(period) > 0:
+                return int(quota) / int(period)
+        except (OSError, ValueError):
+            continue
+    return None
+    for _, controllers, path in (line for line in lines if len(line) == 3):
+        if controllers == "":  # v2
+            files = [(f"/sys/fs/cgroup{path.rstrip('/')}/cpu.max", None)]
+        elif "cpu" in controllers.split(","):  # v1
+            base = f"/sys/fs/cgroup/{controllers}{path.rstrip('/')}"
+            files = [(f"{base}/cpu.cfs_quota_us", f"{base}/cpu.cfs_period_us")]
+        else:
+            continue
+        for first, second in files:
+            try:
+                with open(first) as f:
+                    fields = f.read().split()
+                if second is not None:
+                    with open(second) as f:
+                        fields += f.read().split()
+                quota, period = fields[0], fields[1]
+                if quota not in ("max", "-1") and int(period) > 0:
+                    return int(quota) / int(period)
+            except (OSError, ValueError, IndexError):
+                continue
+    return None
 
 
 def shared_launcher(target: Target) -> Launcher:
@@ -489,8 +549,8 @@ def execute_case(scenario, schedule, *, work_dir: Path, target: Target, baseline
                         overlapped = done - t
                         # Hidden: the part of the oracle's work the probe's life covered. A probe already reaped
                         # covered it up to its end when its reaper says when (the zygote); else (exec) none of it.
-                        ended = started.proc.ended if started.proc.poll() is not None else done
-                        hidden = max(0.0, min(done, ended) - t) if ended is not None else 0.0
+                        hidden = hidden_behind(t, done, started.proc.ended if started.proc.poll() is not None
+                                               else done)
                 finally:  # whatever the oracle raised, the probe is waited for (or killed): it never outlives us
                     probe_results.append(_finish_probe(started, limits))
                 if probe_results[-1].sha_before == probe_results[-1].sha_after:
@@ -549,6 +609,12 @@ def execute_case(scenario, schedule, *, work_dir: Path, target: Target, baseline
     result.timings = {phase: round(seconds, 4) for phase, seconds in result.timings.items()}
     result.duration = round(time.monotonic() - t0, 3)
     return result, evidence, run
+
+
+def hidden_behind(start: float, done: float, probe_ended: float | None) -> float:
+    """Seconds of oracle work (from ``start`` to ``done``) that a convergence probe's life covered: up to the probe's
+    end (``done`` when it still ran then); none when its end is not known (exec: Popen reaps when asked)."""
+    return 0.0 if probe_ended is None else max(0.0, min(done, probe_ended) - start)
 
 
 def fresh_dir(parent: Path, name: str) -> Path:

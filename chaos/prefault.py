@@ -11,19 +11,28 @@ How they are learned. A launch chosen to learn (the zygote's first ones, then ev
 itself, not killed, reads its own ``/proc/self/pagemap`` before it exits: a page of a private writable mapping that
 is present and mapped by this process alone (``PM_MMAP_EXCLUSIVE``, bit 56; soft-dirty bits are not kept by this
 kernel) was copied or first touched since the fork — or the zygote wrote its own copy meanwhile, which a launch
-then likely writes too. The launch sends those page runs in one datagram to the zygote's abstract Unix socket
-(no file to leave behind, gone with the zygote); the zygote keeps their union, and each later spare copies it.
+then likely writes too. A learning launch's spare copies nothing ahead: the pages it copied would be exclusive too,
+and its report could not tell them from the ones it wrote. The launch sends those page runs in one datagram to the
+zygote's abstract Unix socket (no file to leave behind, gone with the zygote); the zygote keeps their union, and each
+later spare copies it. The union only grows: a page some launch once wrote stays in it (bounded by the launches'
+private writable memory). Anyone on the machine may send to that socket (its name is in ``/proc/net/unix``): at
+worst spares copy pages for nothing; what a launch computes is unchanged either way.
 
 Nothing here changes what a launch computes: populating copies each page's content as it is; only the private
 writable mappings the spare has (``/proc/self/maps``) are touched, whatever was learned; and every failure (a kernel
-without the advice: EINVAL; a run no longer mapped; a lost datagram) only leaves the faults to the launch, as before.
+without the advice: ``prepare`` finds out once and nothing is learned; a run no longer mapped; a lost datagram) only
+leaves the faults to the launch, as before. A launch handed to a spare still copying waits for it: that time counts
+in the launch's life (it would have been faults). A launch's report runs after its output is flushed and never
+raises (whatever fails, it exits with its own status).
 
 Stdlib only: the zygote imports it before its preload.
 """
 
 from __future__ import annotations
 
+import _socket  # not socket.socket: a launch's program may have patched it (gevent), and the report runs in it
 import array
+import mmap
 import os
 import re
 import socket
@@ -37,9 +46,10 @@ _RUN = re.compile(rb"\x01+")
 # One report is one datagram (AF_UNIX keeps datagrams whole up to the sender's buffer, ~208 KiB by default):
 # 4,096 runs of 16 bytes is 64 KiB. A launch with more runs than that sends none (learning is best effort).
 MAX_RUNS = 4096
-# Which launches learn: a zygote's first few (its union fills), then every power of two (a workload that changes
-# over a nightly is seen again), so learning costs a launch ~1 ms a few dozen times in a whole campaign.
-FIRST_LEARNERS = 8
+# Which launches learn: a zygote's first few (its union fills), then every power of two (pages a workload that
+# changes over a nightly writes anew are seen), so learning costs a launch ~1 ms, and its copy ahead, a few dozen
+# times in a whole campaign.
+FIRST_LEARNERS = 3
 
 Runs = list[tuple[int, int]]  # (first page number, page count), sorted, disjoint
 
@@ -47,13 +57,14 @@ Runs = list[tuple[int, int]]  # (first page number, page count), sorted, disjoin
 # ---- pure: runs over page numbers ----------------------------------------------------------------------------
 
 
-def writable_spans(maps: str) -> list[tuple[int, int]]:
-    """(first page, end page) of every private writable mapping in a ``/proc/PID/maps`` text."""
+def writable_spans(maps: bytes) -> list[tuple[int, int]]:
+    """(first page, end page) of every private writable mapping in a ``/proc/PID/maps`` text (bytes: a mapped
+    file's name need not be UTF-8)."""
     spans = []
     for line in maps.splitlines():
         fields = line.split(None, 2)
-        if len(fields) >= 2 and fields[1].startswith("rw") and fields[1].endswith("p"):
-            start, _, end = fields[0].partition("-")
+        if len(fields) >= 2 and fields[1].startswith(b"rw") and fields[1].endswith(b"p"):
+            start, _, end = fields[0].partition(b"-")
             spans.append((int(start, 16) // PAGE, int(end, 16) // PAGE))
     return spans
 
@@ -112,29 +123,49 @@ def decode(data: bytes) -> Runs:
 # ---- I/O: this process's pages, one report, one populate ------------------------------------------------------
 
 
-def written() -> Runs:
-    """The pages of this process's private writable mappings that it alone maps (see the module docstring)."""
-    with open("/proc/self/maps") as f:
-        spans = writable_spans(f.read())
+# pagemap is read this many pages at a time (8 bytes each): a mapping may reserve terabytes it never touches.
+_CHUNK = 8192
+
+
+def _maps() -> bytes:
+    with open("/proc/self/maps", "rb") as f:
+        return f.read()
+
+
+def written(limit: int = MAX_RUNS) -> Runs | None:
+    """The pages of this process's private writable mappings that it alone maps (see the module docstring); None
+    past ``limit`` runs."""
     out: Runs = []
     fd = os.open("/proc/self/pagemap", os.O_RDONLY)
     try:
-        for first, end in spans:
-            out += exclusive_runs(os.pread(fd, (end - first) * 8, first * 8), first)
+        for first, end in writable_spans(_maps()):
+            for at in range(first, end, _CHUNK):
+                count = min(_CHUNK, end - at)
+                runs = exclusive_runs(os.pread(fd, count * 8, at * 8), at)
+                if runs and out and out[-1][0] + out[-1][1] == runs[0][0]:  # a run across two chunks
+                    out[-1] = (out[-1][0], out[-1][1] + runs[0][1])
+                    runs = runs[1:]
+                out += runs
+                if len(out) > limit:
+                    return None
     finally:
         os.close(fd)
     return out
 
 
 def report(address: bytes) -> None:
-    """Send this process's written pages to the learner at ``address``; never waits, never raises."""
+    """Send this process's written pages to the learner at ``address``; never waits, never raises: it runs in a
+    launch about to exit with its own status."""
     try:
         runs = written()
-        if not runs or len(runs) > MAX_RUNS:
+        if not runs:
             return
-        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-            sock.sendto(encode(runs), socket.MSG_DONTWAIT, address)
-    except OSError:  # the zygote is gone, its queue is full, /proc is not there: nothing learned this time
+        sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_DGRAM)
+        try:
+            sock.sendto(encode(runs), _socket.MSG_DONTWAIT, address)
+        finally:
+            sock.close()
+    except BaseException:  # noqa: BLE001 - the zygote gone or its queue full, no /proc, a signal: nothing learned
         pass
 
 
@@ -142,18 +173,27 @@ _MADVISE = None
 
 
 def prepare() -> bool:
-    """Resolve ``madvise`` once (in the zygote, so that no spare pays the lookup); False when there is none."""
+    """Resolve ``madvise`` once (in the zygote, so that no spare pays the lookup) and try the advice on a page of
+    its own; False when there is no madvise or the kernel does not know the advice (before 5.14): then nothing is
+    worth learning."""
     global _MADVISE
     if _MADVISE is None:
+        _MADVISE = False
         try:
             import ctypes
 
             fn = ctypes.CDLL(None, use_errno=True).madvise
             fn.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
             fn.restype = ctypes.c_int
-            _MADVISE = fn
-        except (OSError, AttributeError):
-            _MADVISE = False
+            page = mmap.mmap(-1, PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+            view = ctypes.c_char.from_buffer(page)
+            ok = fn(ctypes.addressof(view), PAGE, MADV_POPULATE_WRITE) == 0
+            del view  # (the mapping cannot close while a view of it lives)
+            page.close()
+            if ok:
+                _MADVISE = fn
+        except (OSError, AttributeError, ValueError):
+            pass
     return bool(_MADVISE)
 
 
@@ -162,8 +202,7 @@ def populate(runs: Sequence[tuple[int, int]]) -> int:
     (0 when populating is not possible here). What each page holds does not change."""
     if not runs or not prepare():
         return 0
-    with open("/proc/self/maps") as f:
-        targets = intersect(runs, writable_spans(f.read()))
+    targets = intersect(runs, writable_spans(_maps()))
     for first, count in targets:
         # A failure is ignored (EINVAL: a kernel before 5.14, or a VM_IO mapping; EFAULT/ENOMEM: a page that would
         # fault with SIGBUS, a run unmapped meanwhile): those pages are left to fault in the launch, as without this.

@@ -48,7 +48,9 @@ class Launch:
     # Seconds since the case started, when the process was created: exec, the launch call (Popen forks in it);
     # zygote, when its process got the launch (handed to a spare forked ahead, or its fork's return), as reported.
     started: float
-    ended: float | None = None  # when it was reaped (a fault kill: before the kill's bookkeeping), as seen here
+    # When it was reaped: its reaper's time where it reports one (the zygote), else when the supervisor saw it (a
+    # fault kill: before the kill's bookkeeping).
+    ended: float | None = None
     returncode: int | None = None  # subprocess convention: -N = terminated by signal N
     killed_by: str | None = None  # "fault" or "watchdog" when the supervisor SIGKILLed it, else None
     hello: dict | None = None  # the hello message it sent, if any

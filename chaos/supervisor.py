@@ -163,6 +163,13 @@ def run_case(command: AgentCommand, schedule: Sequence[Fault] | str, case_dir: P
     return Supervisor(command, case_dir, **kw).run(schedule)
 
 
+def life_end(now: float, reaped: float | None, t0: float) -> float:
+    """When a reaped process's life ended, in seconds since the case began at ``t0`` (time.monotonic()): its
+    reaper's word where it has one (``reaped``: the zygote reports when it reaped a launch), else ``now`` (when the
+    supervisor saw it); never after ``now`` nor before the case."""
+    return now if reaped is None else max(0.0, min(now, round(reaped - t0, 6)))
+
+
 class _Case:
     """The state of one supervised case; used once."""
 
@@ -226,9 +233,7 @@ class _Case:
         return round(time.monotonic() - self.t0, 6)
 
     def _ended(self, proc: AgentProcess) -> float:
-        """When ``proc`` (reaped) ended: its reaper's word where it has one (the zygote's), else now."""
-        now = self._now()
-        return now if proc.ended is None else max(0.0, min(now, round(proc.ended - self.t0, 6)))
+        return life_end(self._now(), proc.ended, self.t0)
 
     # ---- socket --------------------------------------------------------------------------------------------------
 
@@ -749,7 +754,7 @@ class _Case:
             launch.killed_by = launch.killed_by or "watchdog"
             self.procs[index].kill_session(self.limits.kill_seconds)
             launch.returncode = self.procs[index].poll()
-            launch.ended = self._now()
+            launch.ended = self._ended(self.procs[index])
             if self.procs[index].exit_fd() is not None:
                 self.sel.unregister(self.procs[index].exit_fd())
             self.procs[index].close()

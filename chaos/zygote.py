@@ -62,7 +62,9 @@ run at exit (``os._exit``); the thread check counts Python threads only; the cod
 runs is compiled at its first launch (a later edit of that file is not seen, as for the preloaded modules);
 ``threading.main_thread().native_id`` is the zygote's; at-fork handlers registered at interpreter start-up
 (``.pth`` files, ``sitecustomize``), before the zygote could watch, do not run; a spare ran the preload's at-fork
-handlers, reseeded ``random`` and took its pid when it was forked, before its launch was asked for.
+handlers, reseeded ``random`` and took its pid when it was forked, before its launch was asked for; the modules
+``chaos`` and ``chaos.prefault`` are in ``sys.modules``; with ``--copy-ahead``, a launch's private memory is partly
+copied before it runs (its content unchanged).
 
 OS and interpreter facts relied on: ``fork`` copies only the calling thread (hence the single-thread check), and
 a child starts with the parent's signal mask and no pending signal;
@@ -99,7 +101,8 @@ REPLY_SECONDS = 30.0
 
 
 # --------------------------------------------------------------------------------------------------------------
-# The zygote process (python -m chaos.zygote FD MODULE…): stdlib only, nothing of chaos imported
+# The zygote process (python -m chaos.zygote [--copy-ahead] FD MODULE…): stdlib only; of chaos, only chaos.prefault
+# (stdlib only too, and copied with this module into a framework's interpreter environment)
 
 
 _LIBC = None  # libc, opened once by the zygote: a child finds prctl resolved (dlopen + lookup: ~0.4 ms)
@@ -433,7 +436,10 @@ def _become(request: Mapping | None, zygote_pid: int, out: int, err: int, main: 
     finally:
         _flush()
         if launched and learn is not None:  # after its output is out: the harness may already read it
-            prefault.report(learn)
+            try:
+                prefault.report(learn)
+            except BaseException:  # noqa: BLE001 - a signal at the wrong moment: never the zygote's loop, below
+                pass
         os._exit(code & 0xFF if isinstance(code, int) else 1)  # never the zygote's atexit handlers or finalizers
 
 
@@ -549,7 +555,7 @@ def serve(fd: int, preload: Sequence[str], copy_ahead: bool = False) -> int:
         _fork_function()
     try:
         learner: prefault.Learner | None = prefault.Learner() if copy_ahead and prefault.prepare() else None
-    except OSError:  # no abstract Unix sockets here: launches fault their pages in, as without it
+    except Exception:  # noqa: BLE001 - no abstract Unix sockets here, say: launches fault their pages in, as before
         learner = None
     forks = 0  # children forked to take a launch (spares included): which of them learn
 
@@ -560,11 +566,12 @@ def serve(fd: int, preload: Sequence[str], copy_ahead: bool = False) -> int:
 
     def new_spare() -> tuple[int, socket.socket, int] | None:
         """Fork the next launch's process ahead of its request (see _become): off the path of any launch. The
-        third item: how many pages it copies ahead."""
+        third item: how many pages it is asked to copy ahead."""
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         mine.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _HANDOFF_SNDBUF)
-        copy = learner.runs if learner is not None else []
         learn = learns()
+        # A learner copies nothing: its report must tell the pages it wrote from the ones copied for it.
+        copy = learner.runs if learner is not None and learn is None else []
         try:
             pid, _ = _fork(handlers, blocked)
         except OSError:
@@ -710,7 +717,7 @@ class ZygoteLauncher:
         self.fallback: str | None = None
         self.fork: str | None = None  # how the zygote forks, once it is ready
         self.forked = 0  # launches the zygote forked (or handed to a spare)
-        self.copied = 0  # pages their spares copied ahead, in all (chaos.prefault)
+        self.copied = 0  # pages their spares were asked to copy ahead, in all (chaos.prefault: asked, not checked)
         self._status: dict[int, int] = {}  # launch id -> exit status (never by pid: pids are reused)
         self._ended: dict[int, float] = {}  # launch id -> when the zygote reaped it (time.monotonic())
         self._next = 0

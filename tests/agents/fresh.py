@@ -4,7 +4,7 @@ Modes: ``report`` prints one JSON object (argv, the variables named in FRESH_VAR
 signal's disposition, the signal mask, threads and whether a new one runs, session, parent-death signal, a random
 draw, what the at-fork preload saw); ``exit N``; ``raise``; ``interrupt`` (an uncaught KeyboardInterrupt);
 ``sleep S`` (with a grandchild that sleeps too, in its own process group, as a bash tool would); ``wait S`` (sleeps,
-then exits 0).
+then exits 0); ``mapodd DIR`` (maps a file whose name is not UTF-8, then exits 0).
 """
 
 from __future__ import annotations
@@ -18,6 +18,9 @@ import subprocess
 import sys
 import threading
 import time
+
+
+KEPT: list = []
 
 
 def report() -> dict:
@@ -81,6 +84,17 @@ def main(argv: list[str]) -> int:
         sys.stdout.write(f"{os.getpid()}\n")
         sys.stdout.flush()
         time.sleep(float(argv[1]))
+        return 0
+    if mode == "mapodd":
+        import mmap
+
+        path = os.path.join(os.fsencode(argv[1]), b"odd-\xff-name")
+        with open(path, "wb") as f:
+            f.write(b"x" * 4096)
+        with open(path, "r+b") as f:
+            mapped = mmap.mmap(f.fileno(), 4096, flags=mmap.MAP_PRIVATE)
+        mapped[0] = 1  # a private writable page of a file named in /proc/self/maps with a byte that is not UTF-8
+        KEPT.append(mapped)  # still mapped when the process exits (a local would be unmapped on return)
         return 0
     return 2
 

@@ -14,7 +14,8 @@ import pytest
 from chaos import prefault
 from chaos.prefault import PAGE
 from chaos.zygote import ZygoteLauncher
-from tests.integration.test_zygote import MODULE, launch
+from tests.integration import until
+from tests.integration.test_zygote import MODULE, _spares, launch
 
 PAGES = 64
 
@@ -89,6 +90,19 @@ def test_populate_makes_the_pages_the_childs_own_and_changes_no_byte(region):
     assert not any(seen["own"][30:40])
 
 
+def warm_up(launcher, tmp_path, launches: int = 5) -> None:
+    """``launches`` launches that exit 0: the first four learn (and copy nothing), the fifth's spare copies."""
+    for _ in range(launches):
+        proc, _, err = launch(launcher, tmp_path, "exit", "0")
+        assert proc.wait(20) == 0, err.read_text()
+        proc.close()
+
+
+def private_dirty_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("Private_Dirty:"))
+
+
 @pytest.mark.parametrize("copy_ahead", [True, False])
 def test_a_zygote_copies_ahead_what_its_launches_reported_only_when_asked(tmp_path, copy_ahead):
     """With copy-ahead on, launches that exit report the pages they wrote and a later spare copies them; off, no
@@ -96,13 +110,47 @@ def test_a_zygote_copies_ahead_what_its_launches_reported_only_when_asked(tmp_pa
     launcher = ZygoteLauncher(MODULE, ("json", "subprocess", "ctypes"), copy_ahead=copy_ahead)
     try:
         assert launcher.fallback is None, launcher.fallback
-        for i in range(3):
-            proc, _, err = launch(launcher, tmp_path, "exit", "0")
-            assert proc.wait(20) == 0, err.read_text()
-            proc.close()
-        assert launcher.forked == 3
-        # The first two spares were forked before any launch had exited; the third after two reports.
+        warm_up(launcher, tmp_path, 4)
+        assert launcher.forked == 4 and launcher.copied == 0  # the learners' spares copy nothing
+        warm_up(launcher, tmp_path, 1)
         assert (launcher.copied > 0) is copy_ahead
+    finally:
+        launcher.close()
+
+
+def test_a_spare_holds_its_copies_before_its_launch_arrives(tmp_path):
+    """The pages asked are copied in the waiting spare: its private dirty memory exceeds a plain zygote's spare's by
+    at least half of them (the rest may lie outside its mappings, or be its own writes either way)."""
+    plain = ZygoteLauncher(MODULE, ("json", "subprocess", "ctypes"))
+    copying = ZygoteLauncher(MODULE, ("json", "subprocess", "ctypes"), copy_ahead=True)
+    try:
+        for each in (plain, copying):
+            warm_up(each, tmp_path)
+        before = copying.copied
+        warm_up(copying, tmp_path, 1)  # the 6th launch: its spare copied, and so does the 7th's, waiting now
+        asked_kib = (copying.copied - before) * PAGE // 1024
+        assert asked_kib > 0
+        assert until(lambda: len(_spares(plain)) == 1 and len(_spares(copying)) == 1)
+        spare, reference = _spares(copying)[0], _spares(plain)[0]
+        assert until(lambda: private_dirty_kib(spare) - private_dirty_kib(reference) >= asked_kib // 2), (
+            private_dirty_kib(spare), private_dirty_kib(reference), asked_kib)
+    finally:
+        plain.close()
+        copying.close()
+
+
+def test_a_report_that_cannot_decode_its_maps_never_leaves_the_launch(tmp_path):
+    """A learning launch that mapped a file whose name is not UTF-8 exits with its own status, no traceback, and a
+    launch running beside it is untouched (a report that raised ran the zygote's own sweep in the child)."""
+    launcher = ZygoteLauncher(MODULE, ("json", "subprocess", "ctypes"), copy_ahead=True)
+    try:
+        beside, _, _ = launch(launcher, tmp_path, "wait", "2")
+        work = tmp_path / "odd"
+        work.mkdir()
+        odd, _, err = launch(launcher, work, "mapodd", str(work))  # the 2nd launch: a learner
+        assert odd.wait(20) == 0, err.read_text()
+        assert err.read_text() == ""
+        assert beside.wait(20) == 0
     finally:
         launcher.close()
 
@@ -113,10 +161,7 @@ def test_a_launch_from_a_spare_that_copied_ahead_sees_what_an_exec_launch_sees(t
 
     launcher = ZygoteLauncher(MODULE, ("json", "subprocess", "ctypes"), copy_ahead=True)
     try:
-        for _ in range(2):
-            proc, _, _ = launch(launcher, tmp_path, "exit", "0")
-            assert proc.wait(20) == 0
-            proc.close()
+        warm_up(launcher, tmp_path)
         seen = []
         for each in (launcher, SubprocessLauncher()):
             work = tmp_path / type(each).__name__

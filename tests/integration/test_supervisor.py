@@ -334,3 +334,13 @@ class TestSocketAndRecords:
         text = json.dumps(run.to_json())
         back = CaseRun.from_json(json.loads(text))
         assert back == run and len(back.kills) == 2 and back.acknowledged[0].data == run.acknowledged[0].data
+
+
+def test_a_launch_ends_when_its_reaper_says_else_when_the_supervisor_saw_it():
+    """life_end: the zygote's reaping time relative to the case, else now; never after now nor before the case."""
+    from chaos.supervisor import life_end
+
+    assert life_end(5.0, 1000.0 + 3.25, 1000.0) == 3.25
+    assert life_end(5.0, None, 1000.0) == 5.0
+    assert life_end(5.0, 1000.0 + 7.0, 1000.0) == 5.0
+    assert life_end(5.0, 999.0, 1000.0) == 0.0

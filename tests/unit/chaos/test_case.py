@@ -3,8 +3,6 @@ read; zygotes copy pages ahead only when a core is left idle."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from chaos import oracle
@@ -74,11 +72,44 @@ def test_zygotes_copy_ahead_only_when_the_loops_leave_a_core_idle(monkeypatch):
     """One loop on a machine of two cores copies ahead; as many loops as cores (a full campaign) does not."""
     from chaos import case
 
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
-    case.set_loops(1)
-    assert case.copies_ahead()
-    case.set_loops(2)
-    assert not case.copies_ahead()
-    case.set_loops(0)  # at least one loop: this process itself
-    assert case.copies_ahead()
-    case.set_loops(1)
+    monkeypatch.setattr(case, "usable_cores", lambda: 2)
+    try:
+        case.set_loops(1)
+        assert case.copies_ahead()
+        case.set_loops(2)
+        assert not case.copies_ahead()
+        case.set_loops(0)  # at least one loop: this process itself
+        assert case.copies_ahead()
+    finally:
+        case.set_loops(1)
+
+
+def test_the_oracle_is_hidden_behind_a_probe_only_while_the_probe_lives():
+    """The overlap of the oracle's work with the probe's life: all of it while the probe still ran, up to its end
+    when it ended first, none before it started or when its end is not known (exec)."""
+    from chaos.case import hidden_behind
+
+    assert hidden_behind(10.0, 10.004, 10.004) == pytest.approx(0.004)  # still running when the oracle was done
+    assert hidden_behind(10.0, 10.004, 10.001) == pytest.approx(0.001)  # ended during the oracle's work
+    assert hidden_behind(10.0, 10.004, 9.9) == 0.0  # ended before the oracle began
+    assert hidden_behind(10.0, 10.004, None) == 0.0
+
+
+def test_a_cgroup_cpu_quota_counts_as_fewer_cores():
+    """cgroup v2 cpu.max and v1 cfs quota/period give the usable cores; "max", -1 or no cpu controller give none."""
+    from chaos.case import cgroup_quota
+
+    files = {"/sys/fs/cgroup/ci/cpu.max": "150000 100000\n",
+             "/sys/fs/cgroup/cpu,cpuacct/job/cpu.cfs_quota_us": "50000\n",
+             "/sys/fs/cgroup/cpu,cpuacct/job/cpu.cfs_period_us": "100000\n",
+             "/sys/fs/cgroup/free/cpu.max": "max 100000\n"}
+
+    def read(path):
+        if path not in files:
+            raise FileNotFoundError(path)
+        return files[path]
+
+    assert cgroup_quota("0::/ci\n", read) == 1.5
+    assert cgroup_quota("4:memory:/x\n3:cpu,cpuacct:/job\n0::/\n", read) == 0.5
+    assert cgroup_quota("0::/free\n", read) is None
+    assert cgroup_quota("4:memory:/x\n", read) is None
