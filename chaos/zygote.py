@@ -19,9 +19,10 @@ own path, as the spare would have. Measured (``bench/campaign.py``): a launch's 
 child's first barrier 1.1-1.4 ms shorter, the ratio to exec 7.1-7.5× → 7.3-7.9×. With ``--copy-ahead`` (given when
 the harness's loops leave a core idle: ``chaos.case.copies_ahead``) a spare also copies, before its launch arrives,
 the pages launches were seen to write (``chaos.prefault``: learned from launches that exit by themselves, reported
-to an abstract Unix socket of the zygote): a launch's first barrier 7.1-7.8 → 4.5-5.2 ms after its hand-off. The answer carries the child's pid and
-when it got the launch — the hand-off, or the moment its fork returned (``time.monotonic()``: CLOCK_MONOTONIC, one
-clock for every process) — which the harness records as the launch's start. The child ends up with:
+to an abstract Unix socket of the zygote): a launch's first barrier 7.1-7.8 → 4.5-5.2 ms after its hand-off.
+The answer carries the child's pid and when it got the launch — the hand-off, or the moment its fork returned
+(``time.monotonic()``: CLOCK_MONOTONIC, one clock for every process) — which the harness records as the launch's
+start; an exit status carries when the zygote reaped it, the launch's end. The child ends up with:
 
 - its own argv (``sys.argv``; ``argv[0]`` the module's file, as ``python -m`` sets it) and ``__main__`` module,
   environment (``os.environ`` made equal to the launch's), cwd, standard streams (``/dev/null`` and the two

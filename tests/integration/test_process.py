@@ -1,5 +1,6 @@
 """chaos.process on real processes: is_runnable (a spinning one, one blocked on a lock, one gone), proc_info read
-from /proc as psutil reads it, and a zygote launch's creation time (its fork, or its hand-off to a spare)."""
+from /proc as psutil reads it, a zygote launch's creation time (its fork, or its hand-off to a spare), and the
+record of sweeps."""
 
 from __future__ import annotations
 
@@ -137,3 +138,23 @@ def test_a_zygote_launch_is_created_at_its_fork_or_its_hand_off(tmp_path):
             proc.close()
     finally:
         launcher.close()
+
+
+def test_a_sweep_is_recorded_once_however_deep_its_calls():
+    """kill_processes over session_members leaves one interval in SWEEPS (the outermost call), spanning the sweep."""
+    from chaos import process
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True)
+    try:
+        before = len(process.SWEEPS)
+        started = time.monotonic()
+        report = process.kill_processes(lambda: process.session_members(proc.pid) + [psutil.Process(proc.pid)],
+                                        5.0, leader_done=lambda: proc.poll() is not None)
+        ended = time.monotonic()
+        assert [p.pid for p in report.killed] == [proc.pid]
+        assert len(process.SWEEPS) == before + 1
+        first, last = process.SWEEPS[-1]
+        assert started <= first <= last <= ended
+    finally:
+        proc.kill()
+        proc.wait()
