@@ -242,27 +242,6 @@ def cgroup_quota(cgroup: str, read) -> float | None:
         except (OSError, ValueError):
             continue
     return None
-    for _, controllers, path in (line for line in lines if len(line) == 3):
-        if controllers == "":  # v2
-            files = [(f"/sys/fs/cgroup{path.rstrip('/')}/cpu.max", None)]
-        elif "cpu" in controllers.split(","):  # v1
-            base = f"/sys/fs/cgroup/{controllers}{path.rstrip('/')}"
-            files = [(f"{base}/cpu.cfs_quota_us", f"{base}/cpu.cfs_period_us")]
-        else:
-            continue
-        for first, second in files:
-            try:
-                with open(first) as f:
-                    fields = f.read().split()
-                if second is not None:
-                    with open(second) as f:
-                        fields += f.read().split()
-                quota, period = fields[0], fields[1]
-                if quota not in ("max", "-1") and int(period) > 0:
-                    return int(quota) / int(period)
-            except (OSError, ValueError, IndexError):
-                continue
-    return None
 
 
 def shared_launcher(target: Target) -> Launcher:
