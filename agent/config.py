@@ -213,14 +213,21 @@ def request_body(config: AgentConfig, messages: list[dict]) -> dict:
 def build_snapshot(*, model: str, provider: str, system_prompt: str, tools: list[dict],
                    output_options: dict) -> dict:
     """A §8.2 configurationSnapshot from the pieces of a request, per our §8.4 definitions."""
+    return _snapshot(model, provider, digests.system_prompt_digest(system_prompt),
+                     [(element["function"]["name"], digests.definition_digest(element)) for element in tools],
+                     digests.output_options_digest(output_options))
+
+
+def _snapshot(model: str, provider: str, prompt_digest: str, tools: list[tuple[str, str]],
+              options_digest: str) -> dict:
+    """The snapshot's one shape, from its digests (``tools``: name and definition digest, in request order)."""
     return {
         "model": model,
-        "systemPromptDigest": digests.system_prompt_digest(system_prompt),
-        "tools": [{"name": element["function"]["name"], "definitionDigest": digests.definition_digest(element)}
-                  for element in tools],
+        "systemPromptDigest": prompt_digest,
+        "tools": [{"name": name, "definitionDigest": digest} for name, digest in tools],
         "adapterIdentity": ADAPTER_IDENTITY,
         "routingIdentity": f"{provider}:{model}",
-        "outputOptionsDigest": digests.output_options_digest(output_options),
+        "outputOptionsDigest": options_digest,
     }
 
 
@@ -240,16 +247,12 @@ def _constant_digest(key: str, compute) -> str:
 def snapshot(config: AgentConfig) -> dict:
     """The configurationSnapshot this configuration writes in every stepAttempt (assistant and compaction): what
     ``build_snapshot`` makes of the request's pieces, from their digests taken once."""
-    return {
-        "model": config.model,
-        "systemPromptDigest": _constant_digest("prompt", lambda: digests.system_prompt_digest(SYSTEM_PROMPT)),
-        "tools": [{"name": name, "definitionDigest": _constant_digest(
-                      f"tool:{name}", lambda: digests.definition_digest(definition(name)))}  # noqa: B023 - called now
-                  for name in config.tools],
-        "adapterIdentity": ADAPTER_IDENTITY,
-        "routingIdentity": f"{config.provider}:{config.model}",
-        "outputOptionsDigest": _constant_digest("options", lambda: digests.output_options_digest(OUTPUT_OPTIONS)),
-    }
+    return _snapshot(
+        config.model, config.provider,
+        _constant_digest("prompt", lambda: digests.system_prompt_digest(SYSTEM_PROMPT)),
+        [(name, _constant_digest(f"tool:{name}", lambda: digests.definition_digest(definition(name))))  # noqa: B023
+         for name in config.tools],  # (each lambda is called at once, in its own iteration)
+        _constant_digest("options", lambda: digests.output_options_digest(OUTPUT_OPTIONS)))
 
 
 def configuration_digest(config: AgentConfig) -> str:
