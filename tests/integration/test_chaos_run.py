@@ -3,6 +3,8 @@ transaction, `chaos run` / `chaos killpoints` on the command line, hangs, and ma
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 import textwrap
 from pathlib import Path
@@ -11,7 +13,7 @@ import psutil
 import pytest
 from click.testing import CliRunner
 
-from chaos.case import run_baseline, run_case
+from chaos.case import run_baseline, run_case, shared_server
 from chaos.target import Target
 from chaos.cli import main
 from chaos.faults import PHASES
@@ -171,3 +173,69 @@ def test_bad_fault_texts_and_bug_names_are_usage_errors(tmp_path):
     result = invoke("run", plain, "--agent-bugs", "no-such-bug", "--reports", str(tmp_path))
     assert result.exit_code == 2 and "no-such-bug" in result.output
     assert list(tmp_path.iterdir()) == []  # nothing ran
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Where a case's files live (chaos.scratch)
+
+
+def test_a_kept_case_is_copied_out_of_scratch_with_every_path_it_names_valid(tmp_path, monkeypatch):
+    """A failing case ran under a scratch link and is kept as a plain directory; the paths its records name exist."""
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    monkeypatch.setenv("KILLPOINT_SCRATCH", str(shm))
+    target = Target().with_bugs(("stale-assistant-calls",))
+    result = run_case(load_scenario(SCENARIOS / "read-then-answer.toml"), ("assistant@after-sync#2",),
+                      work_dir=tmp_path / "work", target=target, keep="failing")
+    assert not result.ok
+    case = Path(result.case_dir)
+    assert case.is_dir() and not case.is_symlink()
+    run = json.loads((case / "caserun.json").read_text())
+    assert run["session"] and Path(run["session"]).is_file()
+    assert run["faults"][0]["snapshot"] and Path(run["faults"][0]["snapshot"]).is_file()
+    assert all(Path(launch["stderr"]).is_file() for launch in run["launches"])
+    assert [p for p in shm.rglob("*") if p.is_file()] == []  # nothing of it left in scratch
+
+
+def test_a_case_the_harness_fails_in_keeps_its_files(bash_deploy, tmp_path, monkeypatch):
+    """An error of the harness mid-case propagates and leaves the case's directory, copied out of scratch."""
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    monkeypatch.setenv("KILLPOINT_SCRATCH", str(shm))
+
+    class BrokenServer:
+        def add_case(self, *args, **kwargs):
+            raise RuntimeError("the model server is gone")
+
+    with pytest.raises(RuntimeError, match="model server is gone"):
+        run_case(bash_deploy, (), work_dir=tmp_path / "work", server=BrokenServer(), keep="none")
+    [case] = (tmp_path / "work").iterdir()
+    assert case.is_dir() and not case.is_symlink() and (case / "workspace").is_dir()
+    assert [p for p in shm.rglob("*") if p.is_file()] == []
+
+
+def test_cases_run_in_scratch_unless_every_case_is_kept(bash_deploy, tmp_path, monkeypatch):
+    """With scratch on, a case's session file is written under the scratch root (seen while it runs), and
+    `keep="all"` (nothing to gain: every case is copied) writes in the work directory itself."""
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    monkeypatch.setenv("KILLPOINT_SCRATCH", str(shm))
+    seen = []
+
+    class Watching:
+        """The shared server, recording where the case's request log is when the case registers it."""
+
+        def __init__(self, inner):
+            self.inner = inner
+
+        def add_case(self, key, scenario, *, log_path, **kw):
+            seen.append(os.path.realpath(Path(log_path).parent))
+            return self.inner.add_case(key, scenario, log_path=log_path, **kw)
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+    server = Watching(shared_server())
+    run_case(bash_deploy, (), work_dir=tmp_path / "a", server=server, keep="none")
+    run_case(bash_deploy, (), work_dir=tmp_path / "b", server=server, keep="all")
+    assert seen[0].startswith(str(shm)) and seen[1].startswith(str(tmp_path / "b"))
