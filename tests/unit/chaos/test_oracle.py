@@ -848,3 +848,14 @@ def test_log_reduces_fails_when_a_call_starts_while_another_call_of_its_answer_i
 def test_log_reduces_accepts_a_pending_call_resolved_before_the_next_call_starts():
     """The correct recovery order (replay the pending read, then start the untouched deploy) passes every invariant."""
     assert failing(two_calls_resumed("replay-first")) == {}
+
+
+def test_no_invariant_changes_the_state_it_reads():
+    """The final state and each kill's state are made once and shared by the invariants: none may change them."""
+    ev = with_baseline(killed_after(good_log(), 3))
+    oracle.check(ev)
+    for view in [ev.final, *ev.kill_views]:
+        fresh = oracle.LogView(view.data)
+        for upto in (None, 1, len(view.lines)):
+            assert repr(vars(view.state(upto))) == repr(vars(fresh.state(upto)))
+    assert ev.final.state() is ev.final.state()
