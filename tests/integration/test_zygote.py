@@ -55,7 +55,10 @@ class TestFreshness:
         for launcher in (zygote, SubprocessLauncher()):
             work = tmp_path / type(launcher).__name__
             work.mkdir()
-            proc, out, err = launch(launcher, work, "report", FRESH_VARS="A,B,HOME", A="1", B="two")
+            # A TAB and a newline in an argument and a variable: the request line's separators (one line, a TAB
+            # after the zygote's part) must never be taken from them.
+            proc, out, err = launch(launcher, work, "report", "x\ty\nz", FRESH_VARS="A,B,HOME", A="1\t2\n3",
+                                    B="two")
             assert proc.wait(20) == 0, err.read_text()
             proc.close()
             data = json.loads(out.read_text())
@@ -68,7 +71,8 @@ class TestFreshness:
             assert forked[key] == execd[key], key
         assert zygote.fork == "libc, 0 handler(s)"  # forked by libc's fork(): the checks above hold without os.fork's
         assert forked["threading"] == {"current_is_main": True, "main_ident": True, "new_thread_runs": True}
-        assert forked["env"] == {"A": "1", "B": "two", "HOME": None}  # the launch's variables, not the zygote's
+        assert forked["env"] == {"A": "1\t2\n3", "B": "two", "HOME": None}  # the launch's, not the zygote's
+        assert forked["argv"] == ["report", "x\ty\nz"]
         assert forked["cwd"].endswith("ZygoteLauncher") and forked["fds"] == [0, 1, 2, 3]
         assert forked["pdeathsig"] == signal.SIGKILL  # set again after fork: it dies with the zygote
 
