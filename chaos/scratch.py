@@ -3,25 +3,33 @@
 Why it is safe: killpoint kills processes (SIGKILL); it does not cut the power. What a process wrote survives its
 SIGKILL in the page cache whatever the file system, and a lost power is simulated by truncating a file to its last
 synced offset (chaos.supervisor), so a disk's fsync latency is not part of what a case tests. Why it matters: a case of
-the bundled agent makes 10-20 fsyncs; on this machine's virtio disk one costs 0.4-0.6 ms, on tmpfs 0.15 ms, and
-making and removing the case's files costs less too (bench/campaign.py, README "Performance").
+the bundled agent makes 10-20 fsyncs; bench/campaign.py's "fsync" (after-write -> after-sync barrier: the fsync and
+one barrier answer) reads 0.4-0.6 ms on this machine's virtio disk, 0.12-0.16 ms on tmpfs (where the fsync itself
+costs ~1 µs), and making and removing the case's files costs less too.
 
 The case directory keeps its name under the work directory: while the case runs it is a symbolic link to its
 scratch directory, so every path a launch, a record or a report names stays valid. A case that is kept is copied
-back under that name (the copy is made beside it, then put in the link's place); any other is removed from both.
+back under that name (the copy is made beside it, then exchanged with the link in one ``renameat2``); any other is
+removed from both places. Only a link that points into this process's own root is ever settled: a name another
+process took meanwhile is never touched.
 
 ``KILLPOINT_SCRATCH``: a directory to use instead of ``/dev/shm``, or ``off`` (cases run in the work directory: a
-target whose files need a real disk, O_DIRECT say, which tmpfs refuses). With too little free space (under 64 MiB:
-a container's default ``/dev/shm``) cases run in the work directory too.
+target whose files need a real disk, O_DIRECT say, which tmpfs refuses). Cases run in the work directory too when
+the file system there is smaller than 256 MiB (a container's default ``/dev/shm`` is 64 MiB) or has less than 64 MiB
+free, is read-only or ``noexec`` (a target may run what it wrote), or the work directory cannot hold a link.
 
-A process's scratch directories sit under ``<base>/killpoint-<uid>/<pid>-<start time>``; a process that finds such
-a directory of a process that is gone (a campaign SIGKILLed mid-case) removes it, so a killed campaign does not
-keep RAM.
+A process's scratch directories sit under ``<base>/killpoint-<uid>/<pid>-<random>``, beside a lock file of the same
+name that the process holds (``flock``) for as long as it lives: the kernel drops the lock however it ends. A process
+that finds an unlocked one (a harness SIGKILLed mid-case) removes that root; a locked one is alive, whatever PID
+namespace it runs in (containers sharing ``/dev/shm``).
 """
 
 from __future__ import annotations
 
 import atexit
+import ctypes
+import errno
+import fcntl
 import os
 import shutil
 import stat
@@ -30,47 +38,46 @@ from pathlib import Path
 
 ENV = "KILLPOINT_SCRATCH"
 DEFAULT_BASE = "/dev/shm"
+MIN_SIZE = 256 << 20
 MIN_FREE = 64 << 20
+_OFF = frozenset({"off", "0", "no", "none", "false"})
+_ON = frozenset({"", "on", "1", "yes", "true"})
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
 
-_roots: dict[tuple[int, Path], Path | None] = {}  # (pid, base) -> this process's root there: forked children differ
+# (pid, base) -> this process's root there (None: not usable); forked children are other pids and make their own.
+_roots: dict[tuple[int, Path], Path | None] = {}
+_locks: dict[Path, int] = {}  # root -> the descriptor holding its lock (open for the process's life)
 
 
 def base() -> Path | None:
     """The directory scratch roots go under: ``KILLPOINT_SCRATCH``, else ``/dev/shm``; None when off or unusable."""
     chosen = os.environ.get(ENV, "").strip()
-    if chosen.lower() in ("off", "0", "no", "none", "false"):
+    if chosen.lower() in _OFF:
         return None
-    path = Path(chosen or DEFAULT_BASE)
+    path = Path(os.path.abspath(Path(DEFAULT_BASE if chosen.lower() in _ON else chosen).expanduser()))
     try:
         st = os.statvfs(path)
     except OSError:
         return None
-    if st.f_bavail * st.f_frsize < MIN_FREE or not os.access(path, os.W_OK | os.X_OK):
+    if st.f_flag & (os.ST_RDONLY | os.ST_NOEXEC):
         return None
-    return path
-
-
-def _start_time(pid: int) -> str | None:
-    """The kernel's start time of ``pid`` (clock ticks since boot; /proc/PID/stat field 22), None when it is gone:
-    with the pid it names one process, whatever pid reuse does later."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
+    if st.f_blocks * st.f_frsize < MIN_SIZE or st.f_bavail * st.f_frsize < MIN_FREE:
         return None
-    return data[data.rfind(b")") + 2:].split()[19].decode()
+    return path if os.access(path, os.W_OK | os.X_OK) else None
 
 
 def root() -> Path | None:
-    """This process's scratch root (made on first use, after removing those of processes that are gone); None when
-    cases run in the work directory."""
+    """This process's scratch root (made on first use, after removing the roots of processes that are gone, and made
+    again if it was removed behind our back); None when cases run in the work directory."""
     where = base()
     if where is None:
         return None
     key = (os.getpid(), where)
-    if key not in _roots:
-        _roots[key] = _make_root(where)
-    return _roots[key]
+    found = _roots.get(key)
+    if key not in _roots or (found is not None and not found.is_dir()):
+        found = _roots[key] = _make_root(where)
+    return found
 
 
 def _make_root(where: Path) -> Path | None:
@@ -82,65 +89,176 @@ def _make_root(where: Path) -> Path | None:
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
             return None
         _remove_orphans(mine)
-        found = mine / f"{os.getpid()}-{_start_time(os.getpid())}"
-        found.mkdir(exist_ok=True)
+        for _ in range(16):
+            name = f"{os.getpid()}-{os.urandom(6).hex()}"
+            lock = mine / f"{name}.lock"
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            # Another process's clean-up may have taken and removed the lock between our open and flock: the lock
+            # is ours only if the name still holds the file we locked.
+            if os.stat(lock).st_ino == os.fstat(fd).st_ino:
+                break
+            os.close(fd)
+        else:
+            return None
+        found = mine / name
+        found.mkdir(mode=0o700)
     except OSError:
         return None
+    _locks[found] = fd
     atexit.register(_drop, found, os.getpid())
     return found
 
 
-def _drop(path: Path, owner: int) -> None:
-    """At exit: this process's scratch root goes (its cases are settled by now). Not in a forked child, which
-    inherits the handler but not the root."""
-    if os.getpid() == owner:
-        shutil.rmtree(path, ignore_errors=True)
-
-
 def _remove_orphans(parent: Path) -> None:
-    """Remove the scratch roots of processes that are gone (their cases were cut short: nothing there is kept)."""
+    """Remove the roots whose lock nobody holds: their process is gone (its cases were cut short: nothing there is
+    kept)."""
     for entry in os.scandir(parent):
-        pid, _, started = entry.name.partition("-")
-        if pid.isdigit() and _start_time(int(pid)) != started:
-            shutil.rmtree(entry.path, ignore_errors=True)
+        if not entry.name.endswith(".lock"):
+            continue
+        try:
+            fd = os.open(entry.path, os.O_RDWR | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # held: its process lives
+            os.close(fd)
+            continue
+        try:
+            gone = parent / entry.name[: -len(".lock")]
+            _rmtree(gone)
+            if not os.path.lexists(gone):
+                os.unlink(entry.path)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+
+def _drop(path: Path, owner: int) -> None:
+    """At exit: this process's root goes (its cases are settled by now), then its lock. Not in a forked child, which
+    inherits the handler but not the root."""
+    if os.getpid() != owner:
+        return
+    _rmtree(path)
+    fd = _locks.pop(path, None)
+    if not os.path.lexists(path):
+        try:
+            os.unlink(path.with_name(path.name + ".lock"))
+        except OSError:
+            pass
+    if fd is not None:
+        os.close(fd)
+
+
+def drop() -> None:
+    """Remove this process's roots now (a campaign worker told to stop exits by ``os._exit``, past atexit)."""
+    for (pid, _), found in list(_roots.items()):
+        if pid == os.getpid() and found is not None:
+            _drop(found, pid)
 
 
 def make(path: Path) -> None:
     """Create the case directory ``path`` (FileExistsError when the name is taken): a link to a new scratch
-    directory, or a plain directory when there is no scratch."""
+    directory, or a plain directory when there is no scratch (or the work directory cannot hold a link)."""
     where = root()
     if where is None:
         path.mkdir()
         return
-    real = tempfile.mkdtemp(dir=where, prefix=path.name[:40] + ".")
+    while True:
+        real = where / f"{path.name[:40]}.{os.urandom(6).hex()}"
+        try:
+            os.mkdir(real)  # 0o777 less the umask, as a plain case directory (a kept copy keeps the mode)
+            break
+        except FileExistsError:
+            continue
+        except OSError:  # the root went (removed from outside): this case runs in the work directory
+            path.mkdir()
+            return
     try:
         os.symlink(real, path, target_is_directory=True)
+    except FileExistsError:
+        os.rmdir(real)
+        raise
+    except OSError:  # a work directory that cannot hold links (vfat, some network file systems)
+        os.rmdir(real)
+        path.mkdir()
     except BaseException:
         os.rmdir(real)
         raise
 
 
+def _ours(real: str) -> bool:
+    parent = Path(real).parent
+    return any(pid == os.getpid() and found == parent for (pid, _), found in _roots.items())
+
+
 def settle(case_dir: Path, keep: bool) -> None:
     """After a case: keep its directory under its name in the work directory (copied out of scratch), or remove it
-    from both places."""
+    from both places. Files that could not be copied are listed in ``scratch-copy-errors.txt`` in the kept copy."""
     try:
         real = os.readlink(case_dir)
     except OSError:  # a plain directory (no scratch), or already gone
         if not keep:
-            shutil.rmtree(case_dir, ignore_errors=True)
+            _rmtree(case_dir)
         return
+    if not _ours(real):
+        return  # not a link this process made: another process's case, never ours to touch
     if keep:
-        part = case_dir.with_name(case_dir.name + ".copying")
-        shutil.rmtree(part, ignore_errors=True)
-        # Regular files, directories and links: a socket or FIFO a launch left has no content to keep.
-        shutil.copytree(real, part, symlinks=True, copy_function=_copy_regular)
-        os.unlink(case_dir)
-        os.rename(part, case_dir)
+        holder = Path(tempfile.mkdtemp(dir=case_dir.parent, prefix=f".{case_dir.name[:40]}.copying-"))
+        copy = holder / "case"
+        try:
+            shutil.copytree(real, copy, symlinks=True, copy_function=_copy_regular)
+        except shutil.Error as exc:  # every other file was copied: keep them, and say which were not
+            lines = [f"{src}: {why}" for src, _, why in exc.args[0]]
+            (copy / "scratch-copy-errors.txt").write_text("\n".join(lines) + "\n", errors="replace")
+        _exchange(copy, case_dir)
+        _rmtree(holder)  # holds the link now
     else:
         os.unlink(case_dir)
-    shutil.rmtree(real, ignore_errors=True)
+    _rmtree(Path(real))
 
 
 def _copy_regular(src: str, dst: str) -> None:
+    # Regular files, directories and links: a socket or FIFO a launch left has no content to keep.
     if stat.S_ISREG(os.lstat(src).st_mode):
         shutil.copy2(src, dst)
+
+
+def _exchange(directory: Path, link: Path) -> None:
+    """Put ``directory`` at ``link``'s name and the link at ``directory``'s, atomically (renameat2 RENAME_EXCHANGE):
+    the name is never free for another process's case. Where the kernel or libc lacks it: unlink, then rename."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.renameat2(_AT_FDCWD, os.fsencode(directory), _AT_FDCWD, os.fsencode(link), _RENAME_EXCHANGE) == 0:
+            return
+        err = ctypes.get_errno()
+    except (OSError, AttributeError):
+        err = errno.ENOSYS
+    if err not in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
+        raise OSError(err, os.strerror(err), str(link))
+    os.unlink(link)
+    os.rename(directory, link)
+
+
+def _rmtree(path: Path | str) -> None:
+    """Remove a tree, also one the system under test made read-only (a directory of mode 0555 refuses to lose its
+    entries until it is writable again); what still fails stays."""
+    top = os.fspath(path)
+    if not os.path.lexists(top):
+        return
+
+    def writable(func, name, _exc) -> None:
+        parent = os.path.dirname(name)
+        if parent != top and not parent.startswith(top + os.sep):
+            return  # never a directory above the tree (the top itself failing: a link, say)
+        try:
+            os.chmod(parent, 0o700)
+            if os.path.isdir(name) and not os.path.islink(name):
+                os.chmod(name, 0o700)
+            func(name)
+        except OSError:
+            pass
+
+    shutil.rmtree(path, onerror=writable)

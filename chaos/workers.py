@@ -604,9 +604,11 @@ STOP_SIGNAL = signal.SIGUSR2
 def _stop_now(signum, frame) -> None:  # noqa: ARG001 - signal API
     """Sweep every agent session this worker started by exec (a zygote sweeps its own when this process is gone)
     and exit at once: nothing of a dead campaign may go on launching or running agents."""
+    from chaos import scratch
     from chaos.process import sweep_launched
 
     sweep_launched()
+    scratch.drop()  # the cases it was running are not results (a --resume runs them again): no RAM kept for them
     os._exit(1)
 
 

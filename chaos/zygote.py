@@ -335,11 +335,11 @@ def _spare_wait(handoff: socket.socket) -> tuple[dict, int, int] | None:
     return json.loads(data), fds[0], fds[1]
 
 
-def _become(request: Mapping | None, zygote_pid: int, out: int, err: int, main: tuple | None,
+def _become(request: Mapping | bytes | None, zygote_pid: int, out: int, err: int, main: tuple | None,
             resets: Sequence[tuple[int, object]], handoff: socket.socket | None = None,
             copy: Sequence[tuple[int, int]] = (), learn: bytes | None = None) -> None:
-    """In the forked child: turn this process into a fresh launch of ``request["module"]``; never returns.
-    ``out``/``err`` are the launch's output files, opened by the zygote before the fork (so they exist, as with
+    """In the forked child: turn this process into a fresh launch of ``request["module"]`` (the request, or its JSON
+    line); never returns. ``out``/``err`` are the launch's output files, opened by the zygote before the fork (so they exist, as with
     exec, the moment the launch is announced); ``resets`` the signal dispositions to restore.
 
     A *spare* (``request`` None) does all that depends on no launch first — its session, parent-death signal,
@@ -350,6 +350,8 @@ def _become(request: Mapping | None, zygote_pid: int, out: int, err: int, main: 
     code = 1
     launched = request is not None
     try:
+        if isinstance(request, bytes):  # parsed here, inside the try: nothing may return into the zygote's loop
+            request = json.loads(request)
         os.setsid()
         _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != zygote_pid:  # the zygote died between fork and prctl: the signal would never come
@@ -637,7 +639,7 @@ def serve(fd: int, preload: Sequence[str], copy_ahead: bool = False) -> int:
                         _send(sock, {"id": request["id"], "error": str(exc)})
                         continue
                     if pid == 0:
-                        _become(json.loads(line), zygote_pid, *opened, main, resets, learn=learn)
+                        _become(line, zygote_pid, *opened, main, resets, learn=learn)
                     for fd in opened:
                         os.close(fd)
                     children[pid] = request["id"]

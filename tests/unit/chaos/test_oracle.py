@@ -850,12 +850,26 @@ def test_log_reduces_accepts_a_pending_call_resolved_before_the_next_call_starts
     assert failing(two_calls_resumed("replay-first")) == {}
 
 
-def test_no_invariant_changes_the_state_it_reads():
-    """The final state and each kill's state are made once and shared by the invariants: none may change them."""
-    ev = with_baseline(killed_after(good_log(), 3))
-    oracle.check(ev)
+def open_run_log() -> Log:
+    log = Log()
+    log.run()
+    log.attempt()
+    log.answer("Done.")
+    return log
+
+
+@pytest.mark.parametrize("case", ["passing", "killed", "unfinished", "effect-twice"])
+def test_no_invariant_changes_the_state_it_reads(case):
+    """The final state and each kill's state are made once and shared by the invariants: none may change them,
+    on their passing paths or their failing ones."""
+    ev = {"passing": lambda: with_baseline(evidence(good_log())),
+          "killed": lambda: with_baseline(killed_after(good_log(), 3)),
+          "unfinished": lambda: evidence(open_run_log(), requests=GOOD_REQUESTS[:1], witness=[]),
+          "effect-twice": lambda: replace(with_baseline(evidence(good_log())), witness=["call_1", "call_1"])}[case]()
+    failed = failing(ev)
+    assert (failed == {}) is (case in ("passing", "killed"))
     for view in [ev.final, *ev.kill_views]:
         fresh = oracle.LogView(view.data)
-        for upto in (None, 1, len(view.lines)):
-            assert repr(vars(view.state(upto))) == repr(vars(fresh.state(upto)))
+        for upto in (None, *range(len(view.lines) + 1)):
+            assert repr(vars(view.state(upto))) == repr(vars(fresh.state(upto))), upto
     assert ev.final.state() is ev.final.state()

@@ -1,9 +1,12 @@
 """Tests of chaos.scratch: a case directory is a link into a RAM-backed scratch root while it runs; a kept case comes
-back under its name as a plain directory, any other leaves nothing; roots of processes that are gone are removed."""
+back under its name as a plain directory, any other leaves nothing; roots whose lock nobody holds are removed, a
+locked one never; a name another process holds is never touched."""
 
 from __future__ import annotations
 
+import fcntl
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -28,12 +31,17 @@ def mine(base: Path) -> Path:
 
 
 def test_a_case_directory_is_a_link_into_this_processs_scratch_root(shm, tmp_path):
-    """The name under the work directory is a link; the files live under <base>/killpoint-<uid>/<pid>-<start>."""
+    """The name under the work directory is a link; the files live under <base>/killpoint-<uid>/<pid>-<random>,
+    beside that root's lock, which this process holds."""
     case = fresh_dir(tmp_path / "work", "case", make=scratch.make)
     assert case == tmp_path / "work" / "case" and case.is_symlink()
     real = Path(os.readlink(case))
     assert real.parent == scratch.root() and real.parent.parent == mine(shm)
     assert real.parent.name.startswith(f"{os.getpid()}-")
+    lock = os.open(real.parent.with_name(real.parent.name + ".lock"), os.O_RDWR)
+    with pytest.raises(BlockingIOError):
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    os.close(lock)
     (case / "sessions").mkdir()
     (case / "sessions" / "s.jsonl").write_text("x\n")
     assert (real / "sessions" / "s.jsonl").read_text() == "x\n"
@@ -52,7 +60,8 @@ def test_a_case_that_is_not_kept_leaves_nothing_in_either_place(shm, tmp_path):
 
 
 def test_a_kept_case_comes_back_as_a_plain_directory_under_its_name(shm, tmp_path):
-    """Settled to keep: a real directory with every file and link (not a socket's inode), the scratch copy gone."""
+    """Settled to keep: a real directory (mode as a plain one's) with every file and link (not a FIFO's inode), the
+    scratch copy and the copying directory gone."""
     case = fresh_dir(tmp_path / "work", "case", make=scratch.make)
     real = Path(os.readlink(case))
     (case / "launches").mkdir()
@@ -62,12 +71,69 @@ def test_a_kept_case_comes_back_as_a_plain_directory_under_its_name(shm, tmp_pat
     os.mkfifo(case / "fifo")
     scratch.settle(case, keep=True)
     assert case.is_dir() and not case.is_symlink()
+    umask = os.umask(0)
+    os.umask(umask)
+    assert case.stat().st_mode & 0o777 == 0o777 & ~umask
     assert (case / "launches" / "00-step.stderr").read_text() == "agent: plan\n"
     assert (case / "result.json").read_text() == "{}" and os.readlink(case / "link") == "result.json"
-    assert not os.path.lexists(case / "fifo")
-    assert not real.exists() and not (tmp_path / "work" / "case.copying").exists()
+    assert not os.path.lexists(case / "fifo") and not (case / "scratch-copy-errors.txt").exists()
+    assert not real.exists() and sorted(p.name for p in (tmp_path / "work").iterdir()) == ["case"]
     scratch.settle(case, keep=True)  # a plain directory: settling it again changes nothing
     assert (case / "result.json").read_text() == "{}"
+
+
+def test_files_that_cannot_be_copied_are_named_and_the_rest_kept(shm, tmp_path, monkeypatch):
+    """A file the copy fails on (unreadable, say) does not lose the case: the others are kept, it is listed."""
+    case = fresh_dir(tmp_path / "work", "case", make=scratch.make)
+    (case / "good.txt").write_text("kept")
+    (case / "bad.txt").write_text("unreadable")
+    copy2 = shutil.copy2
+
+    def failing(src, dst, **kw):
+        if src.endswith("bad.txt"):
+            raise PermissionError(13, "Permission denied", src)
+        return copy2(src, dst, **kw)
+
+    monkeypatch.setattr(shutil, "copy2", failing)
+    scratch.settle(case, keep=True)
+    assert case.is_dir() and not case.is_symlink() and (case / "good.txt").read_text() == "kept"
+    assert "bad.txt: " in (case / "scratch-copy-errors.txt").read_text()
+    assert not (case / "bad.txt").exists()
+
+
+def test_a_name_that_holds_another_processs_link_is_never_touched(shm, tmp_path):
+    """Settling a name whose link points outside this process's root (another case took the name) changes
+    nothing: neither that link nor what it points to."""
+    elsewhere = tmp_path / "other-case"
+    elsewhere.mkdir()
+    (elsewhere / "log").write_text("theirs")
+    work = tmp_path / "work"
+    work.mkdir()
+    os.symlink(elsewhere, work / "case")
+    scratch.root()
+    for keep in (True, False):
+        scratch.settle(work / "case", keep=keep)
+        assert os.readlink(work / "case") == str(elsewhere) and (elsewhere / "log").read_text() == "theirs"
+    assert sorted(p.name for p in work.iterdir()) == ["case"]
+
+
+def test_a_root_removed_behind_the_processs_back_is_made_again(shm, tmp_path):
+    """A root that vanished (removed from outside) is replaced on the next case, not a traceback for every case."""
+    first = scratch.root()
+    shutil.rmtree(first)
+    case = fresh_dir(tmp_path / "work", "case", make=scratch.make)
+    assert case.is_symlink() and Path(os.readlink(case)).parent == scratch.root() != first
+
+
+def test_a_work_directory_that_cannot_hold_links_gets_plain_directories(shm, tmp_path, monkeypatch):
+    """Where a link cannot be made (vfat, some network file systems) the case runs in the work directory."""
+    def refuse(*args, **kwargs):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "symlink", refuse)
+    case = fresh_dir(tmp_path / "work", "case", make=scratch.make)
+    assert case.is_dir() and not case.is_symlink()
+    assert list(scratch.root().iterdir()) == []
 
 
 @pytest.mark.parametrize("value", ["off", "OFF", "0", "none"])
@@ -81,28 +147,52 @@ def test_off_runs_cases_in_the_work_directory(monkeypatch, tmp_path, value):
     assert not case.exists()
 
 
-def test_too_little_free_space_or_a_missing_base_means_no_scratch(shm, monkeypatch, tmp_path):
-    """Under MIN_FREE free (a container's 64 MiB /dev/shm) or a base that does not exist: the work directory."""
+def test_a_small_full_read_only_or_noexec_file_system_means_no_scratch(shm, monkeypatch, tmp_path):
+    """Under MIN_SIZE (a container's 64 MiB /dev/shm), under MIN_FREE free, read-only, noexec, or missing: the work
+    directory."""
     assert scratch.base() == shm
-    monkeypatch.setattr(scratch, "MIN_FREE", 1 << 62)
-    assert scratch.base() is None
-    monkeypatch.undo()
+    real = os.statvfs(shm)
+    for field, value in (("f_blocks", (64 << 20) // real.f_frsize), ("f_bavail", (32 << 20) // real.f_frsize),
+                         ("f_flag", real.f_flag | os.ST_NOEXEC), ("f_flag", real.f_flag | os.ST_RDONLY)):
+        fake = os.statvfs_result(tuple(value if name == field else getattr(real, name)
+                                       for name in ("f_bsize", "f_frsize", "f_blocks", "f_bfree", "f_bavail",
+                                                    "f_files", "f_ffree", "f_favail", "f_flag", "f_namemax")))
+        monkeypatch.setattr(os, "statvfs", lambda path, fake=fake: fake)
+        assert scratch.base() is None, field
+        monkeypatch.undo()
+        monkeypatch.setenv(scratch.ENV, str(shm))
     monkeypatch.setenv(scratch.ENV, str(tmp_path / "absent"))
     assert scratch.base() is None
 
 
-def test_the_roots_of_processes_that_are_gone_are_removed(shm):
-    """A root whose pid is gone, or now names a process started at another time, is removed; a live one stays."""
+def test_a_relative_or_on_setting_names_an_absolute_directory(shm, monkeypatch):
+    """KILLPOINT_SCRATCH=on is the default base; a relative path is taken from the current directory, made
+    absolute (a relative link target would dangle from the work directory)."""
+    monkeypatch.setenv(scratch.ENV, "on")
+    assert scratch.base() == Path(scratch.DEFAULT_BASE) or scratch.base() is None
+    monkeypatch.chdir(shm.parent)
+    monkeypatch.setenv(scratch.ENV, shm.name)
+    assert scratch.base() == shm and scratch.base().is_absolute()
+
+
+def test_the_roots_whose_lock_nobody_holds_are_removed_and_held_ones_kept(shm):
+    """An unlocked root (its process is gone, in any PID namespace) goes; a root whose lock is held stays, whatever
+    its name says about a pid."""
     parent = mine(shm)
     parent.mkdir(mode=0o700)
-    with open("/proc/1/stat", "rb") as f:
-        init_start = f.read().rsplit(b")", 1)[1].split()[19].decode()
-    gone, reused, alive = parent / "4194399-123", parent / f"{os.getpid()}-1", parent / f"1-{init_start}"
-    for d in (gone, reused, alive):
+    gone, alive = parent / "4194399-dead", parent / "1-alive"
+    for d in (gone, alive):
         (d / "case.x").mkdir(parents=True)
-    root = scratch.root()
-    assert root is not None and root.is_dir()
-    assert not gone.exists() and not reused.exists() and alive.is_dir()
+        (parent / f"{d.name}.lock").touch()
+    holder = os.open(parent / "1-alive.lock", os.O_RDWR)  # another open file description: as another process's
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    try:
+        root = scratch.root()
+        assert root is not None and root.is_dir()
+        assert not gone.exists() and not (parent / "4194399-dead.lock").exists()
+        assert (alive / "case.x").is_dir() and (parent / "1-alive.lock").exists()
+    finally:
+        os.close(holder)
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason="needs root to hand the directory to another user")
@@ -117,7 +207,7 @@ def test_a_root_directory_owned_by_another_user_is_never_used(shm):
 
 
 def test_a_process_removes_its_own_root_at_exit_but_not_a_forked_child(shm, tmp_path):
-    """At exit the root goes; a child forked from the process inherits the handler and leaves the root alone."""
+    """At exit the root and its lock go; a child forked from the process inherits the handler and leaves them."""
     code = (
         "import os, sys\n"
         "from pathlib import Path\n"
@@ -136,4 +226,21 @@ def test_a_process_removes_its_own_root_at_exit_but_not_a_forked_child(shm, tmp_
     assert out.returncode == 0, out.stderr
     root, alive_after_child = out.stdout.split()
     assert alive_after_child == "True"
-    assert not Path(root).exists()
+    assert not Path(root).exists() and not Path(root + ".lock").exists()
+
+
+def test_drop_removes_the_roots_of_a_process_that_exits_past_atexit(shm, tmp_path):
+    """A campaign worker told to stop exits by os._exit: drop() first leaves nothing of it in scratch."""
+    code = (
+        "import os\n"
+        "from pathlib import Path\n"
+        "from chaos import scratch\n"
+        "from chaos.case import fresh_dir\n"
+        f"fresh_dir(Path({str(tmp_path / 'work')!r}), 'case', make=scratch.make)\n"
+        "scratch.drop()\n"
+        "os._exit(0)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         cwd=Path(scratch.__file__).resolve().parents[1])
+    assert out.returncode == 0, out.stderr
+    assert list(mine(shm).iterdir()) == []
