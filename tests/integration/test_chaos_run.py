@@ -13,6 +13,7 @@ import psutil
 import pytest
 from click.testing import CliRunner
 
+from chaos import scratch
 from chaos.case import run_baseline, run_case, shared_server
 from chaos.target import Target
 from chaos.cli import main
@@ -184,6 +185,7 @@ def test_a_kept_case_is_copied_out_of_scratch_with_every_path_it_names_valid(tmp
     shm = tmp_path / "shm"
     shm.mkdir()
     monkeypatch.setenv("KILLPOINT_SCRATCH", str(shm))
+    monkeypatch.setattr(scratch, "MIN_SIZE", 0)  # whatever the temporary directory's file system
     target = Target().with_bugs(("stale-assistant-calls",))
     result = run_case(load_scenario(SCENARIOS / "read-then-answer.toml"), ("assistant@after-sync#2",),
                       work_dir=tmp_path / "work", target=target, keep="failing")
@@ -202,6 +204,7 @@ def test_a_case_the_harness_fails_in_keeps_its_files(bash_deploy, tmp_path, monk
     shm = tmp_path / "shm"
     shm.mkdir()
     monkeypatch.setenv("KILLPOINT_SCRATCH", str(shm))
+    monkeypatch.setattr(scratch, "MIN_SIZE", 0)  # whatever the temporary directory's file system
 
     class BrokenServer:
         def add_case(self, *args, **kwargs):
@@ -220,6 +223,7 @@ def test_cases_run_in_scratch_unless_every_case_is_kept(bash_deploy, tmp_path, m
     shm = tmp_path / "shm"
     shm.mkdir()
     monkeypatch.setenv("KILLPOINT_SCRATCH", str(shm))
+    monkeypatch.setattr(scratch, "MIN_SIZE", 0)  # whatever the temporary directory's file system
     seen = []
 
     class Watching:

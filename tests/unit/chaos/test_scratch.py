@@ -23,6 +23,9 @@ def shm(tmp_path, monkeypatch) -> Path:
     base = tmp_path / "shm"
     base.mkdir()
     monkeypatch.setenv(scratch.ENV, str(base))
+    # Whatever file system the temporary directory is on (a small tmpfs, say): its size is not what is tested here.
+    monkeypatch.setattr(scratch, "MIN_SIZE", 0)
+    monkeypatch.setattr(scratch, "MIN_FREE", 0)
     return base
 
 
@@ -151,7 +154,14 @@ def test_a_small_full_read_only_or_noexec_file_system_means_no_scratch(shm, monk
     """Under MIN_SIZE (a container's 64 MiB /dev/shm), under MIN_FREE free, read-only, noexec, or missing: the work
     directory."""
     assert scratch.base() == shm
+    statvfs = os.statvfs
+    monkeypatch.setattr(scratch, "MIN_SIZE", 256 << 20)
+    monkeypatch.setattr(scratch, "MIN_FREE", 64 << 20)
     real = os.statvfs(shm)
+    real = os.statvfs_result(tuple(max(getattr(real, n), (1 << 40) // real.f_frsize) if n in ("f_blocks", "f_bavail")
+                                   else getattr(real, n) for n in ("f_bsize", "f_frsize", "f_blocks", "f_bfree",
+                                                                   "f_bavail", "f_files", "f_ffree", "f_favail",
+                                                                   "f_flag", "f_namemax")))
     for field, value in (("f_blocks", (64 << 20) // real.f_frsize), ("f_bavail", (32 << 20) // real.f_frsize),
                          ("f_flag", real.f_flag | os.ST_NOEXEC), ("f_flag", real.f_flag | os.ST_RDONLY)):
         fake = os.statvfs_result(tuple(value if name == field else getattr(real, name)
@@ -159,8 +169,9 @@ def test_a_small_full_read_only_or_noexec_file_system_means_no_scratch(shm, monk
                                                     "f_files", "f_ffree", "f_favail", "f_flag", "f_namemax")))
         monkeypatch.setattr(os, "statvfs", lambda path, fake=fake: fake)
         assert scratch.base() is None, field
-        monkeypatch.undo()
-        monkeypatch.setenv(scratch.ENV, str(shm))
+    monkeypatch.setattr(os, "statvfs", lambda path: real)
+    assert scratch.base() == shm  # the same figures without the defect: usable
+    monkeypatch.setattr(os, "statvfs", statvfs)
     monkeypatch.setenv(scratch.ENV, str(tmp_path / "absent"))
     assert scratch.base() is None
 
@@ -213,6 +224,7 @@ def test_a_process_removes_its_own_root_at_exit_but_not_a_forked_child(shm, tmp_
         "from pathlib import Path\n"
         "from chaos import scratch\n"
         "from chaos.case import fresh_dir\n"
+        "scratch.MIN_SIZE = scratch.MIN_FREE = 0\n"
         f"case = fresh_dir(Path({str(tmp_path / 'work')!r}), 'case', make=scratch.make)\n"
         "root = scratch.root()\n"
         "pid = os.fork()\n"
@@ -236,6 +248,7 @@ def test_drop_removes_the_roots_of_a_process_that_exits_past_atexit(shm, tmp_pat
         "from pathlib import Path\n"
         "from chaos import scratch\n"
         "from chaos.case import fresh_dir\n"
+        "scratch.MIN_SIZE = scratch.MIN_FREE = 0\n"
         f"fresh_dir(Path({str(tmp_path / 'work')!r}), 'case', make=scratch.make)\n"
         "scratch.drop()\n"
         "os._exit(0)\n"
