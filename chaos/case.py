@@ -479,120 +479,126 @@ def execute_case(scenario, schedule, *, work_dir: Path, target: Target, baseline
     case_dir = fresh_dir(Path(work_dir).resolve(), name or case_slug(cid if faults else f"{cid}::baseline"),
                          make=scratch.make if keep != "all" else Path.mkdir)
     try:
-        workspace, sessions, witness = case_dir / "workspace", case_dir / "sessions", case_dir / "witness.log"
-        workspace.mkdir()
-        sessions.mkdir()
-        witness.touch()
-        for rel, content in scenario.workspace.items():
-            path = workspace / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(content, encoding="utf-8")
-
-        srv = server or shared_server()
-        key = f"{case_slug(cid)}-{uuid.uuid4().hex[:12]}"
-        base_url = srv.add_case(key, scenario, log_path=case_dir / "requests.jsonl",
-                                summary_prompt=summary_prompt(target))
-        env = _environment(scenario, target, witness, base_url)
-        command = build_command(scenario, target, session_dir=sessions, workspace=workspace, base_url=base_url, env=env)
-        first, changes = _settings(scenario)
-        launcher = RestartLauncher(shared_launcher(target), changes.argv())
-        limits = limits or Limits()
-        clock = [("setup", time.monotonic())]  # where a case's time goes (bench/campaign.py reads it)
-        environ = {**os.environ, **env}
-        early: Judgement | None = None  # the oracle's judgement made while the first probe ran
-        overlapped = 0.0  # seconds of oracle work inside the probe phase (counted as oracle time, not probe time)
-        hidden = 0.0  # ... of which behind a probe still running when it ended (off a case's critical path)
-        try:
-            run = Supervisor(command, case_dir, launcher=launcher, limits=limits, label=cid).run(faults)
-            clock.append(("supervisor", time.monotonic()))
-            probe_results = []
-            if run.verdict not in _NO_ORACLE and run.session and os.path.isfile(run.session):
-                restart = bool(run.kills)
-                argv = launcher.expand([*command.resume], restart)
-                argv = [a.replace(SESSION, run.session) for a in argv]
-                # Convergence probes: one more resume must change nothing. A second one runs only when the first
-                # changed the log (to show whether it keeps changing it): after a probe that changed nothing, another
-                # starts from the same bytes under the same configuration and can only repeat it (bench/campaign.py:
-                # ~8-9 ms per probe under the zygote, 120-140 ms by exec: a quarter of an exec'd case's time).
-                for i in range(probes):
-                    started = _start_probe(launcher.inner, argv, run.session, env, case_dir, i)
-                    try:
-                        if i == 0:
-                            # The probe is a process of its own: the oracle judges what the supervisor left meanwhile
-                            # (on the other core). The judgement stands only if the probe changed none of what it read
-                            # (the log, the witness, the requests, the expected files); else it is made again below.
-                            t = time.monotonic()
-                            try:
-                                early = _judge(cid, scenario, target, run, launcher, command, first, changes, environ,
-                                               srv.requests(key), witness, workspace, baseline, started.before)
-                            except Exception:  # noqa: BLE001 - e.g. a file the probe removed mid-read: judged after
-                                early = None
-                            done = time.monotonic()
-                            overlapped = done - t
-                            # Hidden: the part of the oracle's work the probe's life covered. A probe already reaped
-                            # covered it up to its end when its reaper says when (the zygote); else (exec) none of it.
-                            hidden = hidden_behind(t, done, started.proc.ended if started.proc.poll() is not None
-                                                   else done)
-                    finally:  # whatever the oracle raised, the probe is waited for (or killed): it never outlives us
-                        probe_results.append(_finish_probe(started, limits))
-                    if probe_results[-1].sha_before == probe_results[-1].sha_after:
-                        break
-        finally:
-            requests = srv.remove_case(key)
-        clock.append(("probes", time.monotonic()))
-
-        detail = run.detail
-        if run.verdict.startswith("exit:") and int(run.verdict[5:]) not in command.settled_exits and run.launches:
-            # An unsettled exit (70: a rejected transaction, 8: the planner command failed…) is explained by the
-            # agent's own last words: its stderr tail goes with the verdict into every report.
-            tail = _tail(run.launches[-1].stderr)
-            detail = f"{detail}; stderr: {' | '.join(tail)}" if tail else detail
-        result = CaseResult(cid, scenario.name, [str(f) for f in run.schedule], "", run.verdict, detail,
-                            launches=len(run.launches), kills=len(run.kills), requests=len(requests),
-                            bugs=list(target.bugs), target=target.label())
-        evidence = None
-        if run.verdict in _NO_ORACLE:
-            result.status = run.verdict
-        else:
-            if early is not None and early.still_true(requests, witness, workspace, probe_results):
-                judgement = early.with_probes(probe_results)
-            else:
-                judgement = _judge(cid, scenario, target, run, launcher, command, first, changes, environ, requests,
-                                   witness, workspace, baseline, None, probe_results)
-            evidence = judgement.evidence
-            # Only the invariants the target declares apply (a target that cannot meet one says so in its file).
-            result.invariants = [r for r in judgement.results if r.name in target.invariants]
-            settled = run.verdict.startswith("exit:") and int(run.verdict[5:]) in command.settled_exits
-            result.status = PASS if settled and all(r.ok for r in result.invariants) else FAIL
-            if result.status == FAIL and target.kind == "contract" and diagnose:
-                # The engineer's first question: which recovery decision went wrong (failing cases only: a few).
-                found = first_divergence(target, evidence)
-                result.divergence = found.to_json() if found is not None else None
-        clock.append(("oracle", time.monotonic()))
-        kept = keep == "all" or (keep == "failing" and not result.ok)
-        scratch.settle(case_dir, kept)  # a kept case is a plain directory under its name from here on
-        if kept:
-            result.case_dir = str(case_dir)
-            (case_dir / "result.json").write_text(json.dumps(result.to_json(), indent=1, ensure_ascii=False))
-            (case_dir / "caserun.json").write_text(json.dumps(run.to_json(), indent=1, ensure_ascii=False))
-            if evidence is not None and evidence.final.reduction is not None:
-                # The final SessionState (transcript, active context, operation) for a person reading the case.
-                (case_dir / "final-state.json").write_text(json.dumps(evidence.final.reduction, indent=1,
-                                                                      ensure_ascii=False))
-        clock.append(("teardown", time.monotonic()))
-        start = t0
-        for phase, at in clock:
-            result.timings[phase] = at - start
-            start = at
-        result.timings["probes"] -= overlapped  # the oracle's work during the probe is oracle time
-        result.timings["oracle"] += overlapped
-        result.timings["oracle-hidden"] = hidden
-        result.timings = {phase: round(seconds, 4) for phase, seconds in result.timings.items()}
-        result.duration = round(time.monotonic() - t0, 3)
-        return result, evidence, run
+        return _execute_in(case_dir, scenario, faults, cid, t0, target=target, baseline=baseline, server=server,
+                           limits=limits, probes=probes, keep=keep, diagnose=diagnose)
     except BaseException:
         scratch.settle(case_dir, keep=True)  # the harness failed mid-case: its files stay for whoever looks
         raise
+
+
+def _execute_in(case_dir: Path, scenario, faults, cid: str, t0: float, *, target: Target, baseline, server, limits,
+                probes: int, keep: str, diagnose: bool) -> tuple[CaseResult, oracle.Evidence | None, CaseRun]:
+    """``execute_case`` in its case directory, made (``t0``: when the case began)."""
+    workspace, sessions, witness = case_dir / "workspace", case_dir / "sessions", case_dir / "witness.log"
+    workspace.mkdir()
+    sessions.mkdir()
+    witness.touch()
+    for rel, content in scenario.workspace.items():
+        path = workspace / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(content, encoding="utf-8")
+
+    srv = server or shared_server()
+    key = f"{case_slug(cid)}-{uuid.uuid4().hex[:12]}"
+    base_url = srv.add_case(key, scenario, log_path=case_dir / "requests.jsonl", summary_prompt=summary_prompt(target))
+    env = _environment(scenario, target, witness, base_url)
+    command = build_command(scenario, target, session_dir=sessions, workspace=workspace, base_url=base_url, env=env)
+    first, changes = _settings(scenario)
+    launcher = RestartLauncher(shared_launcher(target), changes.argv())
+    limits = limits or Limits()
+    clock = [("setup", time.monotonic())]  # where a case's time goes (bench/campaign.py reads it)
+    environ = {**os.environ, **env}
+    early: Judgement | None = None  # the oracle's judgement made while the first probe ran
+    overlapped = 0.0  # seconds of oracle work inside the probe phase (counted as oracle time, not probe time)
+    hidden = 0.0  # ... of which behind a probe still running when it ended (off a case's critical path)
+    try:
+        run = Supervisor(command, case_dir, launcher=launcher, limits=limits, label=cid).run(faults)
+        clock.append(("supervisor", time.monotonic()))
+        probe_results = []
+        if run.verdict not in _NO_ORACLE and run.session and os.path.isfile(run.session):
+            restart = bool(run.kills)
+            argv = launcher.expand([*command.resume], restart)
+            argv = [a.replace(SESSION, run.session) for a in argv]
+            # Convergence probes: one more resume must change nothing. A second one runs only when the first
+            # changed the log (to show whether it keeps changing it): after a probe that changed nothing, another
+            # starts from the same bytes under the same configuration and can only repeat it (bench/campaign.py:
+            # ~8-9 ms per probe under the zygote, 120-140 ms by exec: a quarter of an exec'd case's time).
+            for i in range(probes):
+                started = _start_probe(launcher.inner, argv, run.session, env, case_dir, i)
+                try:
+                    if i == 0:
+                        # The probe is a process of its own: the oracle judges what the supervisor left meanwhile
+                        # (on the other core). The judgement stands only if the probe changed none of what it read
+                        # (the log, the witness, the requests, the expected files); else it is made again below.
+                        t = time.monotonic()
+                        try:
+                            early = _judge(cid, scenario, target, run, launcher, command, first, changes, environ,
+                                           srv.requests(key), witness, workspace, baseline, started.before)
+                        except Exception:  # noqa: BLE001 - e.g. a file the probe removed mid-read: judged after
+                            early = None
+                        done = time.monotonic()
+                        overlapped = done - t
+                        # Hidden: the part of the oracle's work the probe's life covered. A probe already reaped
+                        # covered it up to its end when its reaper says when (the zygote); else (exec) none of it.
+                        hidden = hidden_behind(t, done, started.proc.ended if started.proc.poll() is not None
+                                               else done)
+                finally:  # whatever the oracle raised, the probe is waited for (or killed): it never outlives us
+                    probe_results.append(_finish_probe(started, limits))
+                if probe_results[-1].sha_before == probe_results[-1].sha_after:
+                    break
+    finally:
+        requests = srv.remove_case(key)
+    clock.append(("probes", time.monotonic()))
+
+    detail = run.detail
+    if run.verdict.startswith("exit:") and int(run.verdict[5:]) not in command.settled_exits and run.launches:
+        # An unsettled exit (70: a rejected transaction, 8: the planner command failed…) is explained by the
+        # agent's own last words: its stderr tail goes with the verdict into every report.
+        tail = _tail(run.launches[-1].stderr)
+        detail = f"{detail}; stderr: {' | '.join(tail)}" if tail else detail
+    result = CaseResult(cid, scenario.name, [str(f) for f in run.schedule], "", run.verdict, detail,
+                        launches=len(run.launches), kills=len(run.kills), requests=len(requests),
+                        bugs=list(target.bugs), target=target.label())
+    evidence = None
+    if run.verdict in _NO_ORACLE:
+        result.status = run.verdict
+    else:
+        if early is not None and early.still_true(requests, witness, workspace, probe_results):
+            judgement = early.with_probes(probe_results)
+        else:
+            judgement = _judge(cid, scenario, target, run, launcher, command, first, changes, environ, requests,
+                               witness, workspace, baseline, None, probe_results)
+        evidence = judgement.evidence
+        # Only the invariants the target declares apply (a target that cannot meet one says so in its file).
+        result.invariants = [r for r in judgement.results if r.name in target.invariants]
+        settled = run.verdict.startswith("exit:") and int(run.verdict[5:]) in command.settled_exits
+        result.status = PASS if settled and all(r.ok for r in result.invariants) else FAIL
+        if result.status == FAIL and target.kind == "contract" and diagnose:
+            # The engineer's first question: which recovery decision went wrong (failing cases only: a few).
+            found = first_divergence(target, evidence)
+            result.divergence = found.to_json() if found is not None else None
+    clock.append(("oracle", time.monotonic()))
+    kept = keep == "all" or (keep == "failing" and not result.ok)
+    scratch.settle(case_dir, kept)  # a kept case is a plain directory under its name from here on
+    if kept:
+        result.case_dir = str(case_dir)
+        (case_dir / "result.json").write_text(json.dumps(result.to_json(), indent=1, ensure_ascii=False))
+        (case_dir / "caserun.json").write_text(json.dumps(run.to_json(), indent=1, ensure_ascii=False))
+        if evidence is not None and evidence.final.reduction is not None:
+            # The final SessionState (transcript, active context, operation) for a person reading the case.
+            (case_dir / "final-state.json").write_text(json.dumps(evidence.final.reduction, indent=1,
+                                                                  ensure_ascii=False))
+    clock.append(("teardown", time.monotonic()))
+    start = t0
+    for phase, at in clock:
+        result.timings[phase] = at - start
+        start = at
+    result.timings["probes"] -= overlapped  # the oracle's work during the probe is oracle time
+    result.timings["oracle"] += overlapped
+    result.timings["oracle-hidden"] = hidden
+    result.timings = {phase: round(seconds, 4) for phase, seconds in result.timings.items()}
+    result.duration = round(time.monotonic() - t0, 3)
+    return result, evidence, run
 
 
 def hidden_behind(start: float, done: float, probe_ended: float | None) -> float:

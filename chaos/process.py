@@ -18,11 +18,11 @@ Not here: what to launch, when to kill (``chaos.supervisor``), the protocol.
 
 from __future__ import annotations
 
+import functools
 import os
 import select
 import signal
 import subprocess
-import functools
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence

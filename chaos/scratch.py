@@ -45,8 +45,9 @@ _ON = frozenset({"", "on", "1", "yes", "true"})
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
 
-# (pid, base) -> this process's root there (None: not usable); forked children are other pids and make their own.
-_roots: dict[tuple[int, Path], Path | None] = {}
+# (pid, KILLPOINT_SCRATCH as set) -> this process's root (None: cases run in the work directory), decided at the
+# first case: the file system is not looked at again for every case. Forked children are other pids: their own.
+_roots: dict[tuple[int, str], Path | None] = {}
 _locks: dict[Path, int] = {}  # root -> the descriptor holding its lock (open for the process's life)
 
 
@@ -70,13 +71,11 @@ def base() -> Path | None:
 def root() -> Path | None:
     """This process's scratch root (made on first use, after removing the roots of processes that are gone, and made
     again if it was removed behind our back); None when cases run in the work directory."""
-    where = base()
-    if where is None:
-        return None
-    key = (os.getpid(), where)
+    key = (os.getpid(), os.environ.get(ENV, ""))
     found = _roots.get(key)
     if key not in _roots or (found is not None and not found.is_dir()):
-        found = _roots[key] = _make_root(where)
+        where = base()
+        found = _roots[key] = _make_root(where) if where is not None else None
     return found
 
 

@@ -5,26 +5,26 @@ a case launches it four times or more. A Python process that has already importe
 and the child *becomes* the agent (what ``python -m`` runs, compiled once by the zygote) in about 2 ms. Agent
 frameworks import in seconds, so without this a campaign against them would spend nearly all its time importing.
 
-Shape. ``ZygoteLauncher`` (the harness side, a ``chaos.process.Launcher``) starts the zygote **by exec**
-(``python -m chaos.zygote FD MODULE…``) — never by forking a harness worker, whose scripted-server threads may
-hold locks that a forked child would inherit locked. The zygote imports the preload modules once, then serves
-launch requests over a Unix socket pair (one line per request, one request in flight: a launcher is used from its
-process's main thread; a line is the JSON of what the zygote needs — id, module, cwd, output files — a TAB, and the
-JSON of the whole request, which only the child reads: the zygote's parse of a launch's ~100-variable environment
-cost 0.1-0.15 ms on its path, at copy-on-write speed). For each launch one child becomes the agent. It is forked *ahead*: the zygote keeps one
+Shape. ``ZygoteLauncher`` (the harness side, a ``chaos.process.Launcher``) starts the zygote **by exec** (``python -m
+chaos.zygote FD MODULE…``) — never by forking a harness worker, whose scripted-server threads may hold locks that a
+forked child would inherit locked. The zygote imports the preload modules once, then serves launch requests over a
+Unix socket pair (one line per request, one request in flight: a launcher is used from its process's main thread; a
+line is the JSON of what the zygote needs — id, module, cwd, output files — a TAB, and the JSON of the whole request,
+which only the child reads: the zygote's parse of a launch's ~100-variable environment cost 0.1-0.15 ms on its path,
+at copy-on-write speed). For each launch one child becomes the agent. It is forked *ahead*: the zygote keeps one
 **spare**, forked after the previous answer (off every launch's path) and prepared as far as nothing depends on a
 launch (session, parent-death signal, signal dispositions, stdin, descriptors, random state); a launch request hands
 the spare its request and its two output files (``SCM_RIGHTS`` over a ``SOCK_SEQPACKET`` pair) and the next spare is
-forked after the answer. Without a spare (killed, stopped or signalled from outside: it waits with signals blocked,
-so one with a signal pending is discarded; or a request bigger than one hand-off message) the launch forks on its
-own path, as the spare would have. Measured (``bench/campaign.py``): a launch's request → its
-child's first barrier 1.1-1.4 ms shorter, the ratio to exec 7.1-7.5× → 7.3-7.9×. With ``--copy-ahead`` (given when
-the harness's loops leave a core idle: ``chaos.case.copies_ahead``) a spare also copies, before its launch arrives,
-the pages launches were seen to write (``chaos.prefault``: learned from launches that exit by themselves, reported
-to an abstract Unix socket of the zygote): a launch's first barrier 7.1-7.8 → 4.5-5.2 ms after its hand-off.
-The answer carries the child's pid and when it got the launch — the hand-off, or the moment its fork returned
-(``time.monotonic()``: CLOCK_MONOTONIC, one clock for every process) — which the harness records as the launch's
-start; an exit status carries when the zygote reaped it, the launch's end. The child ends up with:
+forked after the answer. Without a spare (killed, stopped or signalled from outside: it waits with signals blocked, so
+one with a signal pending is discarded; or a request bigger than one hand-off message) the launch forks on its own
+path, as the spare would have. Measured (``bench/campaign.py``): a launch's request → its child's first barrier
+1.1-1.4 ms shorter, the ratio to exec 7.1-7.5× → 7.3-7.9×. With ``--copy-ahead`` (given when the harness's loops leave
+a core idle: ``chaos.case.copies_ahead``) a spare also copies, before its launch arrives, the pages launches were seen
+to write (``chaos.prefault``: learned from launches that exit by themselves, reported to an abstract Unix socket of
+the zygote): a launch's first barrier 7.1-7.8 → 4.5-5.2 ms after its hand-off. The answer carries the child's pid and
+when it got the launch — the hand-off, or the moment its fork returned (``time.monotonic()``: CLOCK_MONOTONIC, one
+clock for every process) — which the harness records as the launch's start; an exit status carries when the zygote
+reaped it, the launch's end. The child ends up with:
 
 - its own argv (``sys.argv``; ``argv[0]`` the module's file, as ``python -m`` sets it) and ``__main__`` module,
   environment (``os.environ`` made equal to the launch's), cwd, standard streams (``/dev/null`` and the two
@@ -339,8 +339,8 @@ def _become(request: Mapping | bytes | None, zygote_pid: int, out: int, err: int
             resets: Sequence[tuple[int, object]], handoff: socket.socket | None = None,
             copy: Sequence[tuple[int, int]] = (), learn: bytes | None = None) -> None:
     """In the forked child: turn this process into a fresh launch of ``request["module"]`` (the request, or its JSON
-    line); never returns. ``out``/``err`` are the launch's output files, opened by the zygote before the fork (so they exist, as with
-    exec, the moment the launch is announced); ``resets`` the signal dispositions to restore.
+    line); never returns. ``out``/``err`` are the launch's output files, opened by the zygote before the fork (so
+    they exist, as with exec, the moment the launch is announced); ``resets`` the signal dispositions to restore.
 
     A *spare* (``request`` None) does all that depends on no launch first — its session, parent-death signal,
     signal dispositions, stdin, descriptors, random state, and the copies of the pages launches were seen to write
