@@ -594,8 +594,11 @@ class Campaign:
     """One campaign directory: discovery, case list, dispatch and the result. Use ``run_campaign``."""
 
     def __init__(self, options: CampaignOptions, directory: Path, reporter: Reporter, *, command: Sequence[str] = (),
-                 resume: bool = False):
+                 resume: bool = False, pool: WorkerPool | None = None):
         self.options = options
+        # A pool that outlives this campaign (chaos mutants runs one campaign after another on it): reconfigured
+        # for this one, left running after it; None: the campaign starts its own and stops it.
+        self.pool = pool
         # Absolute: agents run with their case directory as cwd, so a relative workspace path would point nowhere.
         self.dir = directory.resolve()
         self.reporter = reporter
@@ -884,7 +887,11 @@ class Campaign:
         self._write_params()
         plan: dict[str, Any] | None = None
         with _sigterm_as_interrupt() as guard:
-            pool = WorkerPool(self.worker_config(), o.workers or os.cpu_count() or 1)
+            size = o.workers or os.cpu_count() or 1
+            if self.pool is None:
+                pool = WorkerPool(self.worker_config(), size)
+            else:
+                pool = self.pool.reconfigure(self.worker_config(), size)
             try:
                 try:
                     self.discover(pool)
@@ -905,7 +912,11 @@ class Campaign:
             finally:
                 guard.armed = False
                 self.reporter.stop()
-                pool.close()
+                if self.pool is None or pool.pending:
+                    # A borrowed pool is stopped only when jobs are still in it (an interrupt): their workers are
+                    # mid-case, and the next campaign gets fresh ones.
+                    pool.cancel_queued()
+                    pool.close()
             params = read_campaign(self.dir)
             params.update(elapsed=self._elapsed(), stopped=self.stopped, discovery=self.discovery,
                           replayed=self.replayed)
@@ -1061,12 +1072,13 @@ def default_name() -> str:
 
 def run_campaign(options: CampaignOptions, *, reporter: Reporter | None = None, command: Sequence[str] = (),
                  resume: str | Path | None = None, list_only: bool = False, workers: int | None = None,
-                 budget: float | None = None) -> CampaignResult | list[str]:
+                 budget: float | None = None, pool: WorkerPool | None = None) -> CampaignResult | list[str]:
     """Run (or, with ``resume``, continue) a campaign; ``list_only`` returns the case ids without running them.
 
     Callers in a script must guard it with ``if __name__ == "__main__":``: workers come from a multiprocessing
     forkserver, which imports the main module. On resume ``workers`` overrides the stored count (another machine)
-    and ``budget`` the stored per-session budget (seconds); every other option is the stored campaign's.
+    and ``budget`` the stored per-session budget (seconds); every other option is the stored campaign's. ``pool``:
+    workers that outlive the campaign (``Campaign``), for a caller that runs several.
     """
     reporter = reporter or Reporter()
     if resume is not None:
@@ -1087,7 +1099,7 @@ def run_campaign(options: CampaignOptions, *, reporter: Reporter | None = None, 
             raise CampaignError(f"{directory}: a campaign already ran here; continue it with --resume {directory} "
                                 "or choose another --name")
     _make_directories(options, None if list_only else directory)
-    return _locked_run(Campaign(options, directory, reporter, command=command), list_only=list_only)
+    return _locked_run(Campaign(options, directory, reporter, command=command, pool=pool), list_only=list_only)
 
 
 def _make_directories(options: CampaignOptions, directory: Path | None) -> None:

@@ -9,10 +9,11 @@ weaken). The correct agent's campaign must have no failure at all: a false alarm
 
 How. It runs the campaign engine (``chaos.campaign``; only the case order is changed, for ``--fast``): one campaign
 directory per agent under ``reports/mutants/<stamp>/`` (``correct/``, then one per switch), sharing one kill-point
-cache, so the crash-free baselines (always run with the correct agent) are computed once. A switch's campaign runs with ``fail_fast``: like
-a mutant killed by its first failing test, it stops dispatching after the first reproduced failure (that failure
-is still re-run and shrunk, and gets its repro bundle). The correct agent's campaign runs to the end, first; a case
-it did not pass is never counted as a switch's detection (it says nothing about the switch).
+cache, so the crash-free baselines (always run with the correct agent) are computed once, and one worker pool (each
+campaign reconfigures its workers; their scripted servers and zygotes stay warm). A switch's campaign runs with
+``fail_fast``: like a mutant killed by its first failing test, it stops dispatching after the first reproduced
+failure (that failure is still re-run and shrunk, and gets its repro bundle). The correct agent's campaign runs to
+the end, first; a case it did not pass is never counted as a switch's detection (it says nothing about the switch).
 
 Scenario sets:
 
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -46,6 +48,7 @@ from chaos import campaign as cp
 from chaos.errors import ChaosError
 from chaos.files import write_atomic
 from chaos.status import FAIL, FLAKY, NOT_REACHED, PASS
+from chaos.workers import WorkerPool
 
 # The few library scenarios `--fast` campaigns exhaustively: the motivating read-then-answer shape (stale calls), a
 # `never` tool with a witnessed effect, and the smallest run. Cheap (40 cases), and between them they reach every
@@ -145,11 +148,12 @@ class OwnRegressionFirst(cp.Campaign):
 
 
 def run_one(options: cp.CampaignOptions, *, first: Path | None, reporter: cp.Reporter,
-            command: Sequence[str]) -> cp.CampaignResult:
+            command: Sequence[str], pool: WorkerPool | None = None) -> cp.CampaignResult:
     """One campaign through the engine (``chaos.campaign.run_campaign``'s steps; ``first``: a scenario file whose
-    cases run before all others)."""
+    cases run before all others; ``pool``: workers shared with the other campaigns)."""
     if first is None:
-        result = cp.run_campaign(options, reporter=reporter, command=command, workers=options.workers or None)
+        result = cp.run_campaign(options, reporter=reporter, command=command, workers=options.workers or None,
+                                 pool=pool)
         assert isinstance(result, cp.CampaignResult)
         return result
     options.check()
@@ -157,7 +161,7 @@ def run_one(options: cp.CampaignOptions, *, first: Path | None, reporter: cp.Rep
     if (directory / "campaign.json").exists():
         raise cp.CampaignError(f"{directory}: a campaign already ran here; choose another --name")
     directory.mkdir(parents=True, exist_ok=True)
-    result = OwnRegressionFirst(options, directory, reporter, command=command, first=first).run()
+    result = OwnRegressionFirst(options, directory, reporter, command=command, first=first, pool=pool).run()
     assert isinstance(result, cp.CampaignResult)
     return result
 
@@ -344,7 +348,8 @@ def run_mutants(options: MutantsOptions, *, say: Callable[[str], None] = lambda 
             # One worker for a campaign that starts with its own regression: the case, its re-run and its shrinking
             # are a serial chain, and a second worker would only start cases the fail-fast stop then discards
             # (failing too, they would be re-run and shrunk as well).
-            scenarios=paths, workers=1 if first is not None else options.workers, fail_fast=switch is not None, name=label, out=str(run_dir),
+            scenarios=paths, workers=1 if first is not None else options.workers, fail_fast=switch is not None,
+            name=label, out=str(run_dir),
             cache=cache, keep=options.keep, case_seconds=options.case_seconds,
             target=options.the_target().with_bugs([switch] if switch else []).to_json(),
             # The switches' campaigns are one history series (same target without switches): replaying one
@@ -353,7 +358,7 @@ def run_mutants(options: MutantsOptions, *, say: Callable[[str], None] = lambda 
         )
         started = time.time()  # journal records carry wall-clock `finished_at`
         try:
-            result = run_one(opts, first=first, reporter=QuietReporter(say), command=command)
+            result = run_one(opts, first=first, reporter=QuietReporter(say), command=command, pool=pool)
         except cp.CampaignError as exc:
             raise MutantsError(exc.messages) from None
         directory = run_dir / label
@@ -364,14 +369,21 @@ def run_mutants(options: MutantsOptions, *, say: Callable[[str], None] = lambda 
 
     say(f"mutants: {len(paths)} scenario path(s){' (--fast)' if options.fast else ''}, correct agent + "
         f"{len(switches)} switch(es), campaigns under {run_dir}")
-    correct = campaign(None)
-    # A case the correct agent did not pass proves nothing about a switch: it is not counted as a detection.
-    shared = frozenset(correct.not_passed)
-    runs: list[AgentRun] = []
-    for switch in switches:
-        if correct.interrupted or (runs and runs[-1].interrupted):
-            break
-        runs.append(campaign(switch, shared))
+    # One pool for every campaign: a switch's --fast campaign is one failing case, its re-run and its shrinking
+    # (~0.1-0.3 s of cases), and starting its worker, scripted server and zygote again cost ~0.6 s more each.
+    # Each campaign still gets its own world (WorkerPool.reconfigure): scenarios, target, case directory.
+    pool = WorkerPool(None, options.workers or os.cpu_count() or 1)
+    try:
+        correct = campaign(None)
+        # A case the correct agent did not pass proves nothing about a switch: it is not counted as a detection.
+        shared = frozenset(correct.not_passed)
+        runs: list[AgentRun] = []
+        for switch in switches:
+            if correct.interrupted or (runs and runs[-1].interrupted):
+                break
+            runs.append(campaign(switch, shared))
+    finally:
+        pool.close()
     result = MutantsResult(
         started=started_at, duration=round(time.monotonic() - t0, 2), fast=options.fast,
         scenarios=correct.scenarios, command=list(command), directory=str(run_dir),

@@ -599,6 +599,7 @@ def _record(ctx: Context, spec, outcome: Outcome) -> dict[str, Any]:
 # not SIGKILL, so that it can sweep what it started first; not SIGTERM or SIGINT, which a CI runner may send to the
 # whole process group and which the campaign itself handles.
 STOP_SIGNAL = signal.SIGUSR2
+CONFIGURE = "configure"  # the first item of a worker message that is not a job
 
 
 def _stop_now(signum, frame) -> None:  # noqa: ARG001 - signal API
@@ -624,8 +625,9 @@ def _die_with_parent(parent: int) -> None:
 
 
 def worker_main(config: WorkerConfig, conn: Connection, parent: int, loops: int = 1) -> None:
-    """Worker loop: receive ``(job_id, kind, args)``, send ``(job_id, "ok"|"error", payload)``; ``None`` stops it.
-    ``loops``: how many workers the pool runs (see chaos.case.set_loops)."""
+    """Worker loop: receive ``(job_id, kind, args)``, send ``(job_id, "ok"|"error", payload)``; ``None`` stops it;
+    ``(CONFIGURE, config, loops)`` starts the next campaign's world (no answer). ``loops``: how many workers the
+    pool runs (see chaos.case.set_loops)."""
     from chaos.case import set_loops
 
     _die_with_parent(parent)
@@ -646,6 +648,15 @@ def worker_main(config: WorkerConfig, conn: Connection, parent: int, loops: int 
             return
         if message is None:
             return
+        if message[0] == CONFIGURE:
+            # Another campaign on the same pool (chaos mutants: one per switch): its scenarios, target, cache and
+            # case directory replace the last one's. What stays is this process's scripted server and zygotes
+            # (chaos.case): a target's switches reach its agents through each launch's environment, never
+            # through what the zygote imported (agent.bugs reads AGENT_BUGS when a run starts).
+            _, config, loops = message
+            set_loops(loops)
+            ctx = Context(config)
+            continue
         job_id, kind, args = message
         try:
             payload = jobs[kind](*args)
@@ -659,16 +670,19 @@ class _Worker:
     process: Any
     conn: Connection
     job: tuple | None = None
+    generation: int = 0  # of the pool's config this worker has
 
 
 class WorkerPool:
     """``size`` worker processes; ``submit`` queues jobs, ``results`` yields ``(job, status, payload)`` as they end.
 
-    A worker that dies mid-job yields ``(job, "died", message)`` for that job and is replaced.
+    A worker that dies mid-job yields ``(job, "died", message)`` for that job and is replaced. ``reconfigure``
+    hands an idle pool to the next campaign: its workers (their interpreters, scripted servers and zygotes: about
+    0.6 s a worker to start) serve one campaign after another.
     """
 
-    def __init__(self, config: WorkerConfig, size: int):
-        self.config = config
+    def __init__(self, config: WorkerConfig | None, size: int):
+        self.config = config  # None: given by ``reconfigure`` before the first job
         self.size = max(1, size)
         # spawn (exec), not fork or forkserver: the worker's parent is then the campaign process itself, so the
         # parent-death signal fires when the campaign dies (a forkserver in between kept every worker alive, with
@@ -677,6 +691,16 @@ class WorkerPool:
         self.workers: list[_Worker] = []
         self.queue: list[tuple] = []
         self._next = 0
+        self._generation = 0  # of the config: a worker gets the current one before its next job
+
+    def reconfigure(self, config: WorkerConfig, size: int) -> WorkerPool:
+        """Serve the next campaign: ``config`` for every job from now on, at most ``size`` busy workers (workers
+        beyond it stay idle, started). Only between campaigns: a job still queued or running would meet a world
+        it was not planned in."""
+        if self.pending:
+            raise RuntimeError("WorkerPool.reconfigure with jobs queued or running")
+        self.config, self.size, self._generation = config, max(1, size), self._generation + 1
+        return self
 
     def __enter__(self) -> WorkerPool:
         return self
@@ -685,12 +709,14 @@ class WorkerPool:
         self.close()
 
     def _spawn(self) -> _Worker:
+        if self.config is None:
+            raise RuntimeError("WorkerPool: a job before any config (reconfigure first)")
         parent, child = self.ctx.Pipe()
         process = self.ctx.Process(target=worker_main, args=(self.config, child, os.getpid(), self.size),
                                    daemon=True)
         process.start()
         child.close()
-        worker = _Worker(process, parent)
+        worker = _Worker(process, parent, generation=self._generation)
         self.workers.append(worker)
         return worker
 
@@ -710,11 +736,15 @@ class WorkerPool:
 
     def _dispatch(self) -> None:
         while self.queue:
+            if self.busy >= self.size:
+                return
             idle = next((w for w in self.workers if w.job is None), None)
             if idle is None:
-                if len(self.workers) >= self.size:
-                    return
                 idle = self._spawn()
+            if idle.generation != self._generation:
+                # A pipe keeps order: the worker takes its new world before this job.
+                idle.conn.send((CONFIGURE, self.config, self.size))
+                idle.generation = self._generation
             job = self.queue.pop(0)
             idle.job = job
             idle.conn.send(job)

@@ -20,6 +20,7 @@ from chaos.campaign import CampaignOptions, merge_journals, run_campaign, write_
 from chaos.target import Target, load_target
 from chaos.journal import read_journal, read_lines
 from chaos.schedules import spec_from_id
+from chaos.workers import WorkerPool
 from tests.agents import HERE as AGENTS
 
 SCENARIOS = Path(__file__).resolve().parent / "campaign"
@@ -95,6 +96,30 @@ class TestExhaustive:
         assert group["divergence"] == ("reference P5.2 finish completed; implementation startTool read#0, not a call "
                                        "of the current assistant message (it has none)")
         assert sum(g["count"] for g in result.failures if g["invariant"] == result.failures[0]["invariant"]) >= 2
+
+
+class TestBorrowedPool:
+    def test_campaigns_one_after_another_share_the_workers(self, tmp_path, cache):
+        """Campaigns on one borrowed pool (chaos mutants) each get their own target, scenarios and directory on
+        the same worker processes, and the pool is left running for the next one; closing it leaves nothing."""
+        pool = WorkerPool(None, 2)
+        try:
+            buggy = run_campaign(CampaignOptions(scenarios=[TOOL], out=str(tmp_path), name="stale", cache=cache,
+                                                 workers=2, target=Target(bugs=("stale-assistant-calls",)).to_json()),
+                                 pool=pool)
+            pids = sorted(w.process.pid for w in pool.workers)
+            correct = run_campaign(CampaignOptions(scenarios=[TOOL, GREETING], out=str(tmp_path), name="ok",
+                                                   cache=cache, workers=1), pool=pool)
+            assert buggy.cases["fail"] == 3 and not buggy.ok  # the switch reached the first campaign's agents
+            # ... and not the second's: its target replaced the first one's in the workers (and their zygotes)
+            assert correct.ok and correct.cases["pass"] == correct.cases["planned"] > 17
+            assert sorted(w.process.pid for w in pool.workers) == pids and len(pids) == 2
+            assert all(w.process.is_alive() for w in pool.workers)
+            ids = set(read_journal(tmp_path / "ok" / "journal.jsonl"))
+            assert {i.split("::")[0] for i in ids} == {"tool-answer", "greeting"}
+        finally:
+            pool.close()
+        assert lingering(str(tmp_path)) == []
 
 
 class TestResume:
