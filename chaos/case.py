@@ -466,10 +466,13 @@ def run_baseline(scenario, *, work_dir: Path | str, target: Target = Target(), s
 
 
 def execute_case(scenario, schedule, *, work_dir: Path, target: Target, baseline, server, limits, probes: int,
-                 keep: str, name: str | None, diagnose: bool = True) -> tuple[CaseResult, oracle.Evidence | None, CaseRun]:
+                 keep: str, name: str | None, diagnose: bool = True,
+                 settle_later: bool = False) -> tuple[CaseResult, oracle.Evidence | None, CaseRun]:
     """``run_case`` with everything it saw: (result, the oracle's evidence or None when not judged, the CaseRun).
     ``diagnose=False`` skips the first divergence of a failure (one ``plan`` process per kill): shrink candidates
-    and discovery runs need only the verdict."""
+    and discovery runs need only the verdict. ``settle_later``: a passing case's directory is removed by the next
+    case's first launch, or when this process ends (``chaos.scratch.tidy``; campaign workers, which run one case
+    after another), not before this returns."""
     t0 = time.monotonic()
     faults = parse_schedule(schedule) if isinstance(schedule, str) else parse_schedule(list(schedule))
     cid = case_id(scenario.name, faults)
@@ -480,14 +483,15 @@ def execute_case(scenario, schedule, *, work_dir: Path, target: Target, baseline
                          make=scratch.make if keep != "all" else Path.mkdir)
     try:
         return _execute_in(case_dir, scenario, faults, cid, t0, target=target, baseline=baseline, server=server,
-                           limits=limits, probes=probes, keep=keep, diagnose=diagnose)
+                           limits=limits, probes=probes, keep=keep, diagnose=diagnose, settle_later=settle_later)
     except BaseException:
         scratch.settle(case_dir, keep=True)  # the harness failed mid-case: its files stay for whoever looks
         raise
 
 
 def _execute_in(case_dir: Path, scenario, faults, cid: str, t0: float, *, target: Target, baseline, server, limits,
-                probes: int, keep: str, diagnose: bool) -> tuple[CaseResult, oracle.Evidence | None, CaseRun]:
+                probes: int, keep: str, diagnose: bool,
+                settle_later: bool) -> tuple[CaseResult, oracle.Evidence | None, CaseRun]:
     """``execute_case`` in its case directory, made (``t0``: when the case began)."""
     workspace, sessions, witness = case_dir / "workspace", case_dir / "sessions", case_dir / "witness.log"
     workspace.mkdir()
@@ -508,11 +512,12 @@ def _execute_in(case_dir: Path, scenario, faults, cid: str, t0: float, *, target
     limits = limits or Limits()
     clock = [("setup", time.monotonic())]  # where a case's time goes (bench/campaign.py reads it)
     environ = {**os.environ, **env}
+    views = _KillViews()
     early: Judgement | None = None  # the oracle's judgement made while the first probe ran
     overlapped = 0.0  # seconds of oracle work inside the probe phase (counted as oracle time, not probe time)
     hidden = 0.0  # ... of which behind a probe still running when it ended (off a case's critical path)
     try:
-        run = Supervisor(command, case_dir, launcher=launcher, limits=limits, label=cid).run(faults)
+        run = Supervisor(command, case_dir, launcher=launcher, limits=limits, label=cid, idle=views.idle).run(faults)
         clock.append(("supervisor", time.monotonic()))
         probe_results = []
         if run.verdict not in _NO_ORACLE and run.session and os.path.isfile(run.session):
@@ -533,7 +538,8 @@ def _execute_in(case_dir: Path, scenario, faults, cid: str, t0: float, *, target
                         t = time.monotonic()
                         try:
                             early = _judge(cid, scenario, target, run, launcher, command, first, changes, environ,
-                                           srv.requests(key), witness, workspace, baseline, started.before)
+                                           srv.requests(key), witness, workspace, baseline, started.before,
+                                           views=views.made)
                         except Exception:  # noqa: BLE001 - e.g. a file the probe removed mid-read: judged after
                             early = None
                         done = time.monotonic()
@@ -567,7 +573,7 @@ def _execute_in(case_dir: Path, scenario, faults, cid: str, t0: float, *, target
             judgement = early.with_probes(probe_results)
         else:
             judgement = _judge(cid, scenario, target, run, launcher, command, first, changes, environ, requests,
-                               witness, workspace, baseline, None, probe_results)
+                               witness, workspace, baseline, None, probe_results, views=views.made)
         evidence = judgement.evidence
         # Only the invariants the target declares apply (a target that cannot meet one says so in its file).
         result.invariants = [r for r in judgement.results if r.name in target.invariants]
@@ -579,7 +585,7 @@ def _execute_in(case_dir: Path, scenario, faults, cid: str, t0: float, *, target
             result.divergence = found.to_json() if found is not None else None
     clock.append(("oracle", time.monotonic()))
     kept = keep == "all" or (keep == "failing" and not result.ok)
-    scratch.settle(case_dir, kept)  # a kept case is a plain directory under its name from here on
+    scratch.settle(case_dir, kept, later=settle_later)  # a kept case is a plain directory under its name from here on
     if kept:
         result.case_dir = str(case_dir)
         (case_dir / "result.json").write_text(json.dumps(result.to_json(), indent=1, ensure_ascii=False))
@@ -599,6 +605,23 @@ def _execute_in(case_dir: Path, scenario, faults, cid: str, t0: float, *, target
     result.timings = {phase: round(seconds, 4) for phase, seconds in result.timings.items()}
     result.duration = round(time.monotonic() - t0, 3)
     return result, evidence, run
+
+
+class _KillViews:
+    """The supervisor's ``idle`` work for a case: while a generation starts (an agent takes ~3 ms to its first
+    barrier under the zygote), remove the last passing case's files (``chaos.scratch.tidy``) and read each kill's
+    snapshot into the oracle's view of it (~0.6 ms a kill that the oracle, after the run, no longer spends). A
+    snapshot is written once, at its kill, before the restart launches: the view made here is the one the oracle
+    would make later."""
+
+    def __init__(self):
+        self.made: dict[str, oracle.LogView] = {}  # snapshot path -> its view
+
+    def idle(self, run: CaseRun) -> None:
+        scratch.tidy()
+        for kill in run.kills:
+            if kill.snapshot and kill.snapshot not in self.made and os.path.isfile(kill.snapshot):
+                self.made[kill.snapshot] = oracle.LogView(_read(kill.snapshot))
 
 
 def hidden_behind(start: float, done: float, probe_ended: float | None) -> float:
@@ -714,25 +737,31 @@ def _witness_lines(witness: Path) -> list[str]:
 
 def _judge(cid, scenario, target: Target, run: CaseRun, launcher: RestartLauncher, command: AgentCommand,
            first: Settings, changes: Settings, environ: Mapping[str, str], requests, witness: Path, workspace: Path,
-           baseline, final: bytes | None, probes=()) -> Judgement:
-    """Collect the evidence (``final``: the log's bytes, else read now) and run every invariant over it."""
+           baseline, final: bytes | None, probes=(), views: Mapping[str, oracle.LogView] | None = None) -> Judgement:
+    """Collect the evidence (``final``: the log's bytes, else read now; ``views``: kill snapshots' views made
+    already) and run every invariant over it."""
     currents = (current_configuration(target, first, environ),
                 current_configuration(target, first.then(changes), environ))
     evidence = collect_evidence(cid, scenario, run, launcher, currents, requests, witness, workspace, list(probes),
-                                baseline, final=final)
+                                baseline, final=final, views=views)
     return Judgement(evidence, oracle.check(evidence))
 
 
 def collect_evidence(cid: str, scenario, run: CaseRun, launcher: RestartLauncher, currents, requests, witness: Path,
-                     workspace: Path, probes, baseline, *, final: bytes | None = None) -> oracle.Evidence:
+                     workspace: Path, probes, baseline, *, final: bytes | None = None,
+                     views: Mapping[str, oracle.LogView] | None = None) -> oracle.Evidence:
     """Turn what the supervisor, the server and the files say into the oracle's ``Evidence`` (``final``: the log's
-    bytes when the caller already read them)."""
+    bytes when the caller already read them; ``views``: snapshot path -> its LogView, made while the case ran)."""
     if final is None:
         final = Path(run.session).read_bytes() if run.session and os.path.isfile(run.session) else b""
     kills = []
     for f in run.kills:
-        snapshot = Path(f.snapshot).read_bytes() if f.snapshot and os.path.isfile(f.snapshot) else b""
-        kills.append(oracle.Kill(f.fault, f.launch, snapshot, f.action, f.barrier))
+        view = (views or {}).get(f.snapshot or "")
+        if view is not None:
+            snapshot = view.data
+        else:
+            snapshot = Path(f.snapshot).read_bytes() if f.snapshot and os.path.isfile(f.snapshot) else b""
+        kills.append(oracle.Kill(f.fault, f.launch, snapshot, f.action, f.barrier, view))
     launches = []
     for l in run.launches:
         restart = launcher.restarted(l.pid)

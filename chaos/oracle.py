@@ -138,6 +138,7 @@ class Kill:
     snapshot: bytes
     action: str = "kill"
     barrier: int | None = None  # index of the barrier event where it fired (None: the killed launch's last one)
+    view: LogView | None = None  # ``LogView(snapshot)`` when made already (a case makes it while its agent starts)
 
 
 @dataclass
@@ -253,7 +254,8 @@ class Evidence:
 
     @cached_property
     def kill_views(self) -> list[LogView]:
-        return [LogView(k.snapshot) for k in self.kills]
+        return [k.view if k.view is not None and k.view.data is k.snapshot else LogView(k.snapshot)
+                for k in self.kills]
 
     @cached_property
     def writers(self) -> dict[int, int]:

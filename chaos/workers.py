@@ -158,7 +158,8 @@ def provider_variant(ctx: Context, scenario, llm: Sequence[Any]):
     tag = hashlib.sha256("+".join(str(f) for f in llm).encode()).hexdigest()[:10]
     result, evidence, _ = case.execute_case(variant, (), work_dir=ctx.work / "variants",
                                             target=ctx.target.correct(), baseline=None, server=None,
-                                            limits=ctx.limits, probes=2, keep="none", name=f"{scenario.name}-{tag}")
+                                            limits=ctx.limits, probes=2, keep="none", name=f"{scenario.name}-{tag}",
+                                            settle_later=True)
     if evidence is None:
         return variant, oracle.BaselineFacts([], {}, {}, False)
     outcome = oracle.final_outcome(evidence, evidence.final.state())
@@ -192,7 +193,7 @@ def discover_baseline(ctx: Context, name: str, runs: int = 2) -> dict[str, Any]:
         result, evidence, run = case.execute_case(scenario, (), work_dir=ctx.work / "baselines",
                                                   target=ctx.target.correct(), baseline=None, server=None,
                                                   limits=ctx.limits, probes=2, keep="failing",
-                                                  name=f"{name}-baseline-{i + 1}")
+                                                  name=f"{name}-baseline-{i + 1}", settle_later=True)
         facts = (oracle.baseline_facts(evidence, result.invariants) if evidence is not None
                  else oracle.BaselineFacts([], {}, {}, False))
         facts.ok = facts.ok and result.ok
@@ -327,7 +328,8 @@ def discover_recovery(ctx: Context, name: str, first: str) -> dict[str, Any]:
     scenario = ctx.scenario(name)
     result, evidence, run = case.execute_case(scenario, (first,), work_dir=ctx.work / "discovery",
                                               target=ctx.target, baseline=None, server=None, limits=ctx.limits,
-                                              probes=0, keep="none", name=None, diagnose=False)
+                                              probes=0, keep="none", name=None, diagnose=False,
+                                              settle_later=True)
     if not run.faults:
         return {"first": first, "reached": False}
     fired = run.faults[0].barrier
@@ -372,7 +374,8 @@ def execute(ctx: Context, spec, *, name: str | None = None, keep: str | None = N
     scenario, facts = ctx.variant(spec.scenario, spec.llm)
     result, evidence, run = case.execute_case(scenario, spec.schedule, work_dir=ctx.work, target=target or ctx.target,
                                               baseline=facts, server=None, limits=ctx.limits, probes=probes,
-                                              keep=keep or ctx.config.keep, name=name, diagnose=diagnose)
+                                              keep=keep or ctx.config.keep, name=name, diagnose=diagnose,
+                                              settle_later=True)
     if ctx.config.corpus and evidence is not None:
         from chaos.corpus import record_evidence
 
@@ -628,6 +631,7 @@ def worker_main(config: WorkerConfig, conn: Connection, parent: int, loops: int 
     """Worker loop: receive ``(job_id, kind, args)``, send ``(job_id, "ok"|"error", payload)``; ``None`` stops it;
     ``(CONFIGURE, config, loops)`` starts the next campaign's world (no answer). ``loops``: how many workers the
     pool runs (see chaos.case.set_loops)."""
+    from chaos import scratch
     from chaos.case import set_loops
 
     _die_with_parent(parent)
@@ -654,6 +658,7 @@ def worker_main(config: WorkerConfig, conn: Connection, parent: int, loops: int 
             # (chaos.case): a target's switches reach its agents through each launch's environment, never
             # through what the zygote imported (agent.bugs reads AGENT_BUGS when a run starts).
             _, config, loops = message
+            scratch.tidy()  # the last campaign's passing cases (settled later) go before the next one starts
             set_loops(loops)
             ctx = Context(config)
             continue
