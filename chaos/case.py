@@ -190,7 +190,8 @@ _loops = 1
 
 
 def set_loops(n: int) -> None:
-    """Say how many case loops (campaign workers) this machine runs at once; before the first launcher starts."""
+    """Say how many case loops (campaign workers) this machine runs at once (launchers started from then on copy
+    ahead or not by it: ``copies_ahead``)."""
     global _loops
     _loops = max(1, n)
 
@@ -247,9 +248,10 @@ def shared_launcher(target: Target) -> Launcher:
     """This process's launcher for ``target`` (``chaos.zygote.launcher_for``: a warm zygote where the target
     allows one, else exec), started on first use and stopped at exit; one per (process, module, preload). A zygote
     that died (killed from outside) is replaced by a new one, once per case at most, with a warning."""
-    # A python target's zygote imports with the target's env (its telemetry switches): part of what it is.
+    # A python target's zygote imports with the target's env (its telemetry switches): part of what it is. Copying
+    # ahead is fixed at its start: a worker whose pool changed its size (chaos mutants) gets the zygote it needs.
     key = (os.getpid(), target.zygote_module(), target.preload, target.interpreter(),
-           target.probe.env if target.probe is not None else ())
+           target.probe.env if target.probe is not None else (), copies_ahead())
     with _server_lock:
         old = _launchers.get(key)
         if old is not None and getattr(old, "died", False):
@@ -621,7 +623,10 @@ class _KillViews:
         scratch.tidy()
         for kill in run.kills:
             if kill.snapshot and kill.snapshot not in self.made and os.path.isfile(kill.snapshot):
-                self.made[kill.snapshot] = oracle.LogView(_read(kill.snapshot))
+                try:
+                    self.made[kill.snapshot] = oracle.LogView(_read(kill.snapshot))
+                except Exception:  # noqa: BLE001 - not the case's problem here: the oracle makes it after the run
+                    pass
 
 
 def hidden_behind(start: float, done: float, probe_ended: float | None) -> float:

@@ -237,15 +237,17 @@ def tidy() -> None:
     Why later: on this VM removing a case's link from a work directory on ext4 took ~0.35 ms at the end of a case
     (5 µs in a loop of unlinks: a directory entry gone cold in the case's 30 ms), and its scratch tree ~0.2 ms; a
     campaign calls this while its next case's agent starts (~3 ms), when the harness only waits."""
-    mine = [item for item in _litter if item[0] == os.getpid()]
-    _litter[:] = [item for item in _litter if item[0] != os.getpid()]  # a forked child's copy is its parent's
-    for _, link, real in mine:
+    for item in [item for item in _litter if item[0] == os.getpid()]:  # a forked child's copy is its parent's
+        _, link, real = item
         try:
             if os.readlink(link) == real:  # still our link (nothing else can take a name a link holds)
                 os.unlink(link)
         except OSError:  # gone with its work directory (a test's temporary directory, say)
             pass
         _rmtree(real)
+        # Forgotten once done, not before: a worker's stop signal mid-loop runs tidy again (drop) for the rest.
+        if item in _litter:
+            _litter.remove(item)
 
 
 def _copy_regular(src: str, dst: str) -> None:

@@ -705,7 +705,28 @@ class WorkerPool:
         if self.pending:
             raise RuntimeError("WorkerPool.reconfigure with jobs queued or running")
         self.config, self.size, self._generation = config, max(1, size), self._generation + 1
+        for w in list(self.workers):
+            # Now, not at its next job: a worker the next campaign leaves idle still tidies the last one's passing
+            # cases (chaos.scratch.tidy, on CONFIGURE) instead of keeping them until the pool closes.
+            self._configure(w)
         return self
+
+    def _configure(self, w: _Worker) -> bool:
+        """Give ``w`` the current config unless it has it; False (and ``w`` dropped) when it died meanwhile."""
+        if w.generation == self._generation:
+            return True
+        try:
+            w.conn.send((CONFIGURE, self.config, self.size))  # a pipe keeps order: before any later job
+        except OSError:  # it died while idle (the OOM killer, say): nothing of it to report, a new one replaces it
+            self._drop(w)
+            return False
+        w.generation = self._generation
+        return True
+
+    def _drop(self, w: _Worker) -> None:
+        self.workers.remove(w)
+        w.process.join(1)
+        w.conn.close()
 
     def __enter__(self) -> WorkerPool:
         return self
@@ -745,14 +766,19 @@ class WorkerPool:
                 return
             idle = next((w for w in self.workers if w.job is None), None)
             if idle is None:
-                idle = self._spawn()
-            if idle.generation != self._generation:
-                # A pipe keeps order: the worker takes its new world before this job.
-                idle.conn.send((CONFIGURE, self.config, self.size))
-                idle.generation = self._generation
+                idle = self._spawn()  # with the current config
+            elif not idle.process.is_alive() or not self._configure(idle):
+                # Died while idle (only a busy worker is watched, by next_result): dropped, and the job goes to
+                # another worker or a new one.
+                if idle in self.workers:
+                    self._drop(idle)
+                continue
             job = self.queue.pop(0)
             idle.job = job
-            idle.conn.send(job)
+            try:
+                idle.conn.send(job)
+            except OSError:  # it died just now: next_result sees it gone and reports the job, as any death mid-job
+                pass
 
     def next_result(self, timeout: float | None = None) -> tuple[tuple, str, Any] | None:
         """Wait for one finished job (None on timeout or when nothing is pending)."""

@@ -111,17 +111,37 @@ class TestBorrowedPool:
             correct = run_campaign(CampaignOptions(scenarios=[TOOL, GREETING], out=str(tmp_path), name="ok",
                                                    cache=cache, workers=1), pool=pool)
             assert buggy.cases["fail"] == 3 and not buggy.ok  # the switch reached the first campaign's agents
-            # ... and not the second's: its target replaced the first one's in the workers (and their zygotes)
+            # ... and not the second's: its target replaced the first one's in the workers (their zygotes stay)
             assert correct.ok and correct.cases["pass"] == correct.cases["planned"] > 17
             assert sorted(w.process.pid for w in pool.workers) == pids and len(pids) == 2
             assert all(w.process.is_alive() for w in pool.workers)
             ids = set(read_journal(tmp_path / "ok" / "journal.jsonl"))
             assert {i.split("::")[0] for i in ids} == {"tool-answer", "greeting"}
+            # The workers settle passing cases later (chaos.scratch.tidy); the one the second campaign left idle
+            # too, when it got that campaign's config: nothing of the first campaign's passing cases is left.
+            assert [p for p in (tmp_path / "stale").rglob("*") if p.is_symlink()] == []
         finally:
             pool.close()
         assert lingering(str(tmp_path)) == []
-        # The workers settle passing cases later (chaos.scratch.tidy): gone once they stopped, links included.
-        assert [p for p in tmp_path.rglob("*") if p.is_symlink()] == []
+        assert [p for p in tmp_path.rglob("*") if p.is_symlink()] == []  # nor of the second's, once they stopped
+
+    def test_a_worker_that_died_while_idle_is_replaced(self, tmp_path, cache):
+        """A worker SIGKILLed between two campaigns on one pool (the OOM killer, say) is dropped and replaced: the
+        next campaign runs every case, with no error and no traceback."""
+        pool = WorkerPool(None, 2)
+        try:
+            first = run_campaign(CampaignOptions(scenarios=[GREETING], out=str(tmp_path), name="one", cache=cache,
+                                                 workers=2), pool=pool)
+            victim = pool.workers[0].process
+            victim.kill()
+            victim.join(5)
+            second = run_campaign(CampaignOptions(scenarios=[GREETING], out=str(tmp_path), name="two", cache=cache,
+                                                  workers=2), pool=pool)
+            assert first.ok and second.ok and second.cases["pass"] == second.cases["planned"] > 0
+            assert second.cases["error"] == 0 and victim.pid not in [w.process.pid for w in pool.workers]
+        finally:
+            pool.close()
+        assert lingering(str(tmp_path)) == []
 
 
 class TestResume:

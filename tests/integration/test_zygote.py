@@ -419,3 +419,23 @@ class TestZygoteDeath:
             assert seen[0] == seen[1] and seen[0][0] == 1 and seen[0][1].startswith(f"{sys.executable}: ")
         finally:
             launcher.close()
+
+
+def test_a_worker_whose_pool_changed_size_gets_a_zygote_that_copies_ahead_as_the_new_size_says():
+    """A campaign worker reused by a campaign of another size (chaos mutants) does not keep a zygote whose copying
+    ahead was decided for the old one: the launcher is chosen by it too, and the first one serves again later."""
+    from chaos import case
+    from chaos.target import Target
+
+    target = Target()
+    try:
+        case.set_loops(1)
+        one, one_copies = case.shared_launcher(target), case.copies_ahead()
+        case.set_loops(10_000)  # more loops than any machine's cores: no copying ahead
+        many, many_copies = case.shared_launcher(target), case.copies_ahead()
+        assert not many_copies and many.copy_ahead is False and one.copy_ahead is one_copies
+        assert (one is many) == (one_copies == many_copies)  # distinct zygotes wherever one copies ahead
+        case.set_loops(1)
+        assert case.shared_launcher(target) is one
+    finally:
+        case.set_loops(1)

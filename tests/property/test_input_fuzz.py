@@ -345,7 +345,7 @@ class TestCommandLine:
     def test_random_command_lines(self, data, fuzz_files, monkeypatch):
         """Random command lines over every command and option exit with a status other than EXIT_INTERNAL and
         no traceback; where one would start real work it reaches the sentinel instead."""
-        for where in ("chaos.campaign.WorkerPool", "chaos.mutants.WorkerPool", "chaos.case.run_baseline",
+        for where in ("chaos.campaign.WorkerPool", "chaos.workers.WorkerPool.reconfigure", "chaos.case.run_baseline",
                       "chaos.case.run_case", "chaos.bundle.reproduce", "chaos.conformance.run_conformance",
                       "chaos.corpus.load_corpus", "chaos.corpus.build_corpus", "chaos.environments.prepare"):
             monkeypatch.setattr(where, _reached)
