@@ -177,7 +177,7 @@ def measure(targets: dict[str, Target], names, repeat: int) -> dict[str, dict]:
                         result, _, case_run = execute_case(scenario, (schedule,), work_dir=work,
                                                            target=targets[launcher], baseline=facts[launcher],
                                                            server=None, limits=None, probes=2, keep="none",
-                                                           name=None, settle_later=True)  # as a worker
+                                                           name=None)
                         _record(acc[launcher], result, case_run, time.monotonic() - t, t)
                         acc[launcher]["cpu"] += cpu_seconds(launchers.values()) - cpu
                         if not result.ok:

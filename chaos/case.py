@@ -201,9 +201,18 @@ def copies_ahead() -> bool:
     return _loops < usable_cores()
 
 
+_cores: dict[int, float] = {}  # pid -> usable_cores(), read once per process (~0.13 ms: /proc and cgroup files)
+
+
 def usable_cores() -> float:
     """The cores this process may use: its CPU affinity, lowered by a CPU quota of its cgroup (a CI container
-    limited to 1.5 CPUs of a 4-core host has 1.5)."""
+    limited to 1.5 CPUs of a 4-core host has 1.5). Read once per process: every case's set-up asks."""
+    if os.getpid() not in _cores:
+        _cores[os.getpid()] = _read_cores()
+    return _cores[os.getpid()]
+
+
+def _read_cores() -> float:
     try:
         cores: float = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -468,13 +477,10 @@ def run_baseline(scenario, *, work_dir: Path | str, target: Target = Target(), s
 
 
 def execute_case(scenario, schedule, *, work_dir: Path, target: Target, baseline, server, limits, probes: int,
-                 keep: str, name: str | None, diagnose: bool = True,
-                 settle_later: bool = False) -> tuple[CaseResult, oracle.Evidence | None, CaseRun]:
+                 keep: str, name: str | None, diagnose: bool = True) -> tuple[CaseResult, oracle.Evidence | None, CaseRun]:
     """``run_case`` with everything it saw: (result, the oracle's evidence or None when not judged, the CaseRun).
     ``diagnose=False`` skips the first divergence of a failure (one ``plan`` process per kill): shrink candidates
-    and discovery runs need only the verdict. ``settle_later``: a passing case's directory is removed by the next
-    case's first launch, or when this process ends (``chaos.scratch.tidy``; campaign workers, which run one case
-    after another), not before this returns."""
+    and discovery runs need only the verdict."""
     t0 = time.monotonic()
     faults = parse_schedule(schedule) if isinstance(schedule, str) else parse_schedule(list(schedule))
     cid = case_id(scenario.name, faults)
@@ -485,15 +491,14 @@ def execute_case(scenario, schedule, *, work_dir: Path, target: Target, baseline
                          make=scratch.make if keep != "all" else Path.mkdir)
     try:
         return _execute_in(case_dir, scenario, faults, cid, t0, target=target, baseline=baseline, server=server,
-                           limits=limits, probes=probes, keep=keep, diagnose=diagnose, settle_later=settle_later)
+                           limits=limits, probes=probes, keep=keep, diagnose=diagnose)
     except BaseException:
         scratch.settle(case_dir, keep=True)  # the harness failed mid-case: its files stay for whoever looks
         raise
 
 
 def _execute_in(case_dir: Path, scenario, faults, cid: str, t0: float, *, target: Target, baseline, server, limits,
-                probes: int, keep: str, diagnose: bool,
-                settle_later: bool) -> tuple[CaseResult, oracle.Evidence | None, CaseRun]:
+                probes: int, keep: str, diagnose: bool) -> tuple[CaseResult, oracle.Evidence | None, CaseRun]:
     """``execute_case`` in its case directory, made (``t0``: when the case began)."""
     workspace, sessions, witness = case_dir / "workspace", case_dir / "sessions", case_dir / "witness.log"
     workspace.mkdir()
@@ -514,12 +519,11 @@ def _execute_in(case_dir: Path, scenario, faults, cid: str, t0: float, *, target
     limits = limits or Limits()
     clock = [("setup", time.monotonic())]  # where a case's time goes (bench/campaign.py reads it)
     environ = {**os.environ, **env}
-    views = _KillViews()
     early: Judgement | None = None  # the oracle's judgement made while the first probe ran
     overlapped = 0.0  # seconds of oracle work inside the probe phase (counted as oracle time, not probe time)
     hidden = 0.0  # ... of which behind a probe still running when it ended (off a case's critical path)
     try:
-        run = Supervisor(command, case_dir, launcher=launcher, limits=limits, label=cid, idle=views.idle).run(faults)
+        run = Supervisor(command, case_dir, launcher=launcher, limits=limits, label=cid).run(faults)
         clock.append(("supervisor", time.monotonic()))
         probe_results = []
         if run.verdict not in _NO_ORACLE and run.session and os.path.isfile(run.session):
@@ -540,8 +544,7 @@ def _execute_in(case_dir: Path, scenario, faults, cid: str, t0: float, *, target
                         t = time.monotonic()
                         try:
                             early = _judge(cid, scenario, target, run, launcher, command, first, changes, environ,
-                                           srv.requests(key), witness, workspace, baseline, started.before,
-                                           views=views.made)
+                                           srv.requests(key), witness, workspace, baseline, started.before)
                         except Exception:  # noqa: BLE001 - e.g. a file the probe removed mid-read: judged after
                             early = None
                         done = time.monotonic()
@@ -575,7 +578,7 @@ def _execute_in(case_dir: Path, scenario, faults, cid: str, t0: float, *, target
             judgement = early.with_probes(probe_results)
         else:
             judgement = _judge(cid, scenario, target, run, launcher, command, first, changes, environ, requests,
-                               witness, workspace, baseline, None, probe_results, views=views.made)
+                               witness, workspace, baseline, None, probe_results)
         evidence = judgement.evidence
         # Only the invariants the target declares apply (a target that cannot meet one says so in its file).
         result.invariants = [r for r in judgement.results if r.name in target.invariants]
@@ -587,7 +590,7 @@ def _execute_in(case_dir: Path, scenario, faults, cid: str, t0: float, *, target
             result.divergence = found.to_json() if found is not None else None
     clock.append(("oracle", time.monotonic()))
     kept = keep == "all" or (keep == "failing" and not result.ok)
-    scratch.settle(case_dir, kept, later=settle_later)  # a kept case is a plain directory under its name from here on
+    scratch.settle(case_dir, kept)  # a kept case is a plain directory under its name from here on
     if kept:
         result.case_dir = str(case_dir)
         (case_dir / "result.json").write_text(json.dumps(result.to_json(), indent=1, ensure_ascii=False))
@@ -607,26 +610,6 @@ def _execute_in(case_dir: Path, scenario, faults, cid: str, t0: float, *, target
     result.timings = {phase: round(seconds, 4) for phase, seconds in result.timings.items()}
     result.duration = round(time.monotonic() - t0, 3)
     return result, evidence, run
-
-
-class _KillViews:
-    """The supervisor's ``idle`` work for a case: while a generation starts (an agent takes ~3 ms to its first
-    barrier under the zygote), remove the last passing case's files (``chaos.scratch.tidy``) and read each kill's
-    snapshot into the oracle's view of it (~0.6 ms a kill that the oracle, after the run, no longer spends). A
-    snapshot is written once, at its kill, before the restart launches: the view made here is the one the oracle
-    would make later."""
-
-    def __init__(self):
-        self.made: dict[str, oracle.LogView] = {}  # snapshot path -> its view
-
-    def idle(self, run: CaseRun) -> None:
-        scratch.tidy()
-        for kill in run.kills:
-            if kill.snapshot and kill.snapshot not in self.made and os.path.isfile(kill.snapshot):
-                try:
-                    self.made[kill.snapshot] = oracle.LogView(_read(kill.snapshot))
-                except Exception:  # noqa: BLE001 - not the case's problem here: the oracle makes it after the run
-                    pass
 
 
 def hidden_behind(start: float, done: float, probe_ended: float | None) -> float:
@@ -742,31 +725,25 @@ def _witness_lines(witness: Path) -> list[str]:
 
 def _judge(cid, scenario, target: Target, run: CaseRun, launcher: RestartLauncher, command: AgentCommand,
            first: Settings, changes: Settings, environ: Mapping[str, str], requests, witness: Path, workspace: Path,
-           baseline, final: bytes | None, probes=(), views: Mapping[str, oracle.LogView] | None = None) -> Judgement:
-    """Collect the evidence (``final``: the log's bytes, else read now; ``views``: kill snapshots' views made
-    already) and run every invariant over it."""
+           baseline, final: bytes | None, probes=()) -> Judgement:
+    """Collect the evidence (``final``: the log's bytes, else read now) and run every invariant over it."""
     currents = (current_configuration(target, first, environ),
                 current_configuration(target, first.then(changes), environ))
     evidence = collect_evidence(cid, scenario, run, launcher, currents, requests, witness, workspace, list(probes),
-                                baseline, final=final, views=views)
+                                baseline, final=final)
     return Judgement(evidence, oracle.check(evidence))
 
 
 def collect_evidence(cid: str, scenario, run: CaseRun, launcher: RestartLauncher, currents, requests, witness: Path,
-                     workspace: Path, probes, baseline, *, final: bytes | None = None,
-                     views: Mapping[str, oracle.LogView] | None = None) -> oracle.Evidence:
+                     workspace: Path, probes, baseline, *, final: bytes | None = None) -> oracle.Evidence:
     """Turn what the supervisor, the server and the files say into the oracle's ``Evidence`` (``final``: the log's
-    bytes when the caller already read them; ``views``: snapshot path -> its LogView, made while the case ran)."""
+    bytes when the caller already read them)."""
     if final is None:
         final = Path(run.session).read_bytes() if run.session and os.path.isfile(run.session) else b""
     kills = []
     for f in run.kills:
-        view = (views or {}).get(f.snapshot or "")
-        if view is not None:
-            snapshot = view.data
-        else:
-            snapshot = Path(f.snapshot).read_bytes() if f.snapshot and os.path.isfile(f.snapshot) else b""
-        kills.append(oracle.Kill(f.fault, f.launch, snapshot, f.action, f.barrier, view))
+        snapshot = Path(f.snapshot).read_bytes() if f.snapshot and os.path.isfile(f.snapshot) else b""
+        kills.append(oracle.Kill(f.fault, f.launch, snapshot, f.action, f.barrier))
     launches = []
     for l in run.launches:
         restart = launcher.restarted(l.pid)

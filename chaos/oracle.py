@@ -138,7 +138,6 @@ class Kill:
     snapshot: bytes
     action: str = "kill"
     barrier: int | None = None  # index of the barrier event where it fired (None: the killed launch's last one)
-    view: LogView | None = None  # ``LogView(snapshot)`` when made already (a case makes it while its agent starts)
 
 
 @dataclass
@@ -254,8 +253,7 @@ class Evidence:
 
     @cached_property
     def kill_views(self) -> list[LogView]:
-        return [k.view if k.view is not None and k.view.data is k.snapshot else LogView(k.snapshot)
-                for k in self.kills]
+        return [LogView(k.snapshot) for k in self.kills]
 
     @cached_property
     def writers(self) -> dict[int, int]:

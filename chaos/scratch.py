@@ -49,9 +49,6 @@ _AT_FDCWD = -100
 # first case: the file system is not looked at again for every case. Forked children are other pids: their own.
 _roots: dict[tuple[int, str], Path | None] = {}
 _locks: dict[Path, int] = {}  # root -> the descriptor holding its lock (open for the process's life)
-# (pid, link, scratch directory) of passing cases settled ``later``: removed by ``tidy`` (the next case's first
-# launch, the next ``make`` of the same name, or the process's end).
-_litter: list[tuple[int, str, str]] = []
 
 
 def base() -> Path | None:
@@ -139,11 +136,10 @@ def _remove_orphans(parent: Path) -> None:
 
 
 def _drop(path: Path, owner: int) -> None:
-    """At exit: this process's root goes (its cases are settled by now, the passing ones' links with them), then its
-    lock. Not in a forked child, which inherits the handler but not the root."""
+    """At exit: this process's root goes (its cases are settled by now), then its lock. Not in a forked child, which
+    inherits the handler but not the root."""
     if os.getpid() != owner:
         return
-    tidy()
     _rmtree(path)
     fd = _locks.pop(path, None)
     if not os.path.lexists(path):
@@ -156,9 +152,7 @@ def _drop(path: Path, owner: int) -> None:
 
 
 def drop() -> None:
-    """Remove this process's roots now, and the links of its passing cases (a campaign worker told to stop exits by
-    ``os._exit``, past atexit)."""
-    tidy()
+    """Remove this process's roots now (a campaign worker told to stop exits by ``os._exit``, past atexit)."""
     for (pid, _), found in list(_roots.items()):
         if pid == os.getpid() and found is not None:
             _drop(found, pid)
@@ -167,8 +161,6 @@ def drop() -> None:
 def make(path: Path) -> None:
     """Create the case directory ``path`` (FileExistsError when the name is taken): a link to a new scratch
     directory, or a plain directory when there is no scratch (or the work directory cannot hold a link)."""
-    if any(pid == os.getpid() and link == os.fspath(path) for pid, link, _ in _litter):
-        tidy()  # the name is a passing case's link not removed yet: free it, as a settle at once would have
     where = root()
     if where is None:
         path.mkdir()
@@ -201,10 +193,9 @@ def _ours(real: str) -> bool:
     return any(pid == os.getpid() and found == parent for (pid, _), found in _roots.items())
 
 
-def settle(case_dir: Path, keep: bool, later: bool = False) -> None:
+def settle(case_dir: Path, keep: bool) -> None:
     """After a case: keep its directory under its name in the work directory (copied out of scratch), or remove it
-    from both places. Files that could not be copied are listed in ``scratch-copy-errors.txt`` in the kept copy.
-    ``later``: a case that is not kept is removed by ``tidy``, off the case's path."""
+    from both places. Files that could not be copied are listed in ``scratch-copy-errors.txt`` in the kept copy."""
     try:
         real = os.readlink(case_dir)
     except OSError:  # a plain directory (no scratch), or already gone
@@ -223,31 +214,9 @@ def settle(case_dir: Path, keep: bool, later: bool = False) -> None:
             (copy / "scratch-copy-errors.txt").write_text("\n".join(lines) + "\n", errors="replace")
         _exchange(copy, case_dir)
         _rmtree(holder)  # holds the link now
-    elif later:
-        _litter.append((os.getpid(), os.fspath(case_dir), real))
-        return
     else:
         os.unlink(case_dir)
     _rmtree(Path(real))
-
-
-def tidy() -> None:
-    """Remove the passing cases ``settle(later=True)`` left: their links and scratch directories.
-
-    Why later: on this VM removing a case's link from a work directory on ext4 took ~0.35 ms at the end of a case
-    (5 µs in a loop of unlinks: a directory entry gone cold in the case's 30 ms), and its scratch tree ~0.2 ms; a
-    campaign calls this while its next case's agent starts (~3 ms), when the harness only waits."""
-    for item in [item for item in _litter if item[0] == os.getpid()]:  # a forked child's copy is its parent's
-        _, link, real = item
-        try:
-            if os.readlink(link) == real:  # still our link (nothing else can take a name a link holds)
-                os.unlink(link)
-        except OSError:  # gone with its work directory (a test's temporary directory, say)
-            pass
-        _rmtree(real)
-        # Forgotten once done, not before: a worker's stop signal mid-loop runs tidy again (drop) for the rest.
-        if item in _litter:
-            _litter.remove(item)
 
 
 def _copy_regular(src: str, dst: str) -> None:

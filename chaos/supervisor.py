@@ -40,7 +40,7 @@ import socket
 import struct
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
@@ -147,16 +147,12 @@ class Supervisor:
         launcher: Launcher | None = None,
         limits: Limits = Limits(),
         label: str = "",
-        idle: Callable[[CaseRun], None] | None = None,
     ):
         self.command = command
         self.case_dir = Path(case_dir)
         self.launcher = launcher or SubprocessLauncher()
         self.limits = limits
         self.label = label
-        # Called with the run so far once a generation is launched: work of the caller's that can wait for a moment
-        # when the harness only waits (an agent takes milliseconds to its first barrier). It must be short.
-        self.idle = idle
 
     def run(self, schedule: Sequence[Fault] | str = ()) -> CaseRun:
         """Run the case under ``schedule`` (faults or their ``+``-joined text) and return what happened."""
@@ -595,8 +591,6 @@ class _Case:
         self.gen_faults = []
         for role, argv in items:
             self.generation.append(self._launch(role, argv))
-        if self.sup.idle is not None:
-            self.sup.idle(self.run_rec)
 
     def _launch(self, role: str, argv: Sequence[str]) -> int:
         index = len(self.run_rec.launches)

@@ -158,8 +158,7 @@ def provider_variant(ctx: Context, scenario, llm: Sequence[Any]):
     tag = hashlib.sha256("+".join(str(f) for f in llm).encode()).hexdigest()[:10]
     result, evidence, _ = case.execute_case(variant, (), work_dir=ctx.work / "variants",
                                             target=ctx.target.correct(), baseline=None, server=None,
-                                            limits=ctx.limits, probes=2, keep="none", name=f"{scenario.name}-{tag}",
-                                            settle_later=True)
+                                            limits=ctx.limits, probes=2, keep="none", name=f"{scenario.name}-{tag}")
     if evidence is None:
         return variant, oracle.BaselineFacts([], {}, {}, False)
     outcome = oracle.final_outcome(evidence, evidence.final.state())
@@ -193,7 +192,7 @@ def discover_baseline(ctx: Context, name: str, runs: int = 2) -> dict[str, Any]:
         result, evidence, run = case.execute_case(scenario, (), work_dir=ctx.work / "baselines",
                                                   target=ctx.target.correct(), baseline=None, server=None,
                                                   limits=ctx.limits, probes=2, keep="failing",
-                                                  name=f"{name}-baseline-{i + 1}", settle_later=True)
+                                                  name=f"{name}-baseline-{i + 1}")
         facts = (oracle.baseline_facts(evidence, result.invariants) if evidence is not None
                  else oracle.BaselineFacts([], {}, {}, False))
         facts.ok = facts.ok and result.ok
@@ -328,8 +327,7 @@ def discover_recovery(ctx: Context, name: str, first: str) -> dict[str, Any]:
     scenario = ctx.scenario(name)
     result, evidence, run = case.execute_case(scenario, (first,), work_dir=ctx.work / "discovery",
                                               target=ctx.target, baseline=None, server=None, limits=ctx.limits,
-                                              probes=0, keep="none", name=None, diagnose=False,
-                                              settle_later=True)
+                                              probes=0, keep="none", name=None, diagnose=False)
     if not run.faults:
         return {"first": first, "reached": False}
     fired = run.faults[0].barrier
@@ -374,8 +372,7 @@ def execute(ctx: Context, spec, *, name: str | None = None, keep: str | None = N
     scenario, facts = ctx.variant(spec.scenario, spec.llm)
     result, evidence, run = case.execute_case(scenario, spec.schedule, work_dir=ctx.work, target=target or ctx.target,
                                               baseline=facts, server=None, limits=ctx.limits, probes=probes,
-                                              keep=keep or ctx.config.keep, name=name, diagnose=diagnose,
-                                              settle_later=True)
+                                              keep=keep or ctx.config.keep, name=name, diagnose=diagnose)
     if ctx.config.corpus and evidence is not None:
         from chaos.corpus import record_evidence
 
@@ -631,7 +628,6 @@ def worker_main(config: WorkerConfig, conn: Connection, parent: int, loops: int 
     """Worker loop: receive ``(job_id, kind, args)``, send ``(job_id, "ok"|"error", payload)``; ``None`` stops it;
     ``(CONFIGURE, config, loops)`` starts the next campaign's world (no answer). ``loops``: how many workers the
     pool runs (see chaos.case.set_loops)."""
-    from chaos import scratch
     from chaos.case import set_loops
 
     _die_with_parent(parent)
@@ -658,7 +654,6 @@ def worker_main(config: WorkerConfig, conn: Connection, parent: int, loops: int 
             # (chaos.case): a target's switches reach its agents through each launch's environment, never
             # through what the zygote imported (agent.bugs reads AGENT_BUGS when a run starts).
             _, config, loops = message
-            scratch.tidy()  # the last campaign's passing cases (settled later) go before the next one starts
             set_loops(loops)
             ctx = Context(config)
             continue
@@ -706,9 +701,7 @@ class WorkerPool:
             raise RuntimeError("WorkerPool.reconfigure with jobs queued or running")
         self.config, self.size, self._generation = config, max(1, size), self._generation + 1
         for w in list(self.workers):
-            # Now, not at its next job: a worker the next campaign leaves idle still tidies the last one's passing
-            # cases (chaos.scratch.tidy, on CONFIGURE) instead of keeping them until the pool closes.
-            self._configure(w)
+            self._configure(w)  # now, not at its next job: a worker that died while idle is found before any job
         return self
 
     def _configure(self, w: _Worker) -> bool:

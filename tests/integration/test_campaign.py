@@ -117,13 +117,9 @@ class TestBorrowedPool:
             assert all(w.process.is_alive() for w in pool.workers)
             ids = set(read_journal(tmp_path / "ok" / "journal.jsonl"))
             assert {i.split("::")[0] for i in ids} == {"tool-answer", "greeting"}
-            # The workers settle passing cases later (chaos.scratch.tidy); the one the second campaign left idle
-            # too, when it got that campaign's config: nothing of the first campaign's passing cases is left.
-            assert [p for p in (tmp_path / "stale").rglob("*") if p.is_symlink()] == []
         finally:
             pool.close()
         assert lingering(str(tmp_path)) == []
-        assert [p for p in tmp_path.rglob("*") if p.is_symlink()] == []  # nor of the second's, once they stopped
 
     def test_a_worker_that_died_while_idle_is_replaced(self, tmp_path, cache):
         """A worker SIGKILLed between two campaigns on one pool (the OOM killer, say) is dropped and replaced: the

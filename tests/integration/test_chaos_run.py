@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from chaos import scratch
-from chaos.case import execute_case, run_baseline, run_case, shared_server
+from chaos.case import run_baseline, run_case, shared_server
 from chaos.target import Target
 from chaos.cli import main
 from chaos.faults import PHASES
@@ -215,30 +215,6 @@ def test_a_case_the_harness_fails_in_keeps_its_files(bash_deploy, tmp_path, monk
     [case] = (tmp_path / "work").iterdir()
     assert case.is_dir() and not case.is_symlink() and (case / "workspace").is_dir()
     assert [p for p in shm.rglob("*") if p.is_file() and p.suffix != ".lock"] == []
-
-
-def test_a_worker_case_is_judged_from_views_made_while_it_ran_and_settled_by_the_next_case(bash_deploy, baseline,
-                                                                                           tmp_path, monkeypatch):
-    """As a campaign worker runs them (``settle_later``): the kill's snapshot view the oracle uses is the one made
-    while the restart started, of the snapshot file's bytes; the passing case's link stays until the next case's
-    first launch removes it; the process's end takes the last one."""
-    monkeypatch.setenv("KILLPOINT_SCRATCH", str(tmp_path / "shm"))
-    (tmp_path / "shm").mkdir()
-    monkeypatch.setattr(scratch, "MIN_SIZE", 0)  # whatever the temporary directory's file system
-    monkeypatch.setattr(scratch, "MIN_FREE", 0)
-    work = tmp_path / "work"
-    common = dict(work_dir=work, target=Target(), baseline=baseline, server=None, limits=None, probes=2,
-                  keep="failing", name=None, settle_later=True)
-    result, evidence, run = execute_case(bash_deploy, ("toolStarted@after-sync#1",), **common)
-    assert result.ok and len(evidence.kills) == 1
-    [kill], [view] = evidence.kills, evidence.kill_views
-    assert kill.view is view and view.data == Path(run.faults[0].snapshot).read_bytes() and view.reduces
-    first = Path(run.case_dir)
-    assert first.is_symlink()  # settled later
-    second, _, run2 = execute_case(bash_deploy, ("runStarted@after-sync#1",), **common)
-    assert second.ok and not os.path.lexists(first) and Path(run2.case_dir).is_symlink()
-    scratch.tidy()  # what the worker's exit does (atexit, or scratch.drop when it is stopped)
-    assert list(work.iterdir()) == []
 
 
 def test_cases_run_in_scratch_unless_every_case_is_kept(bash_deploy, tmp_path, monkeypatch):

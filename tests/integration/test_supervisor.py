@@ -204,23 +204,6 @@ class TestFaultActions:
         assert run.verdict == "exit:0" and facts_of(run.session) == PLAN_TXS
 
 
-class TestIdle:
-    def test_idle_is_called_once_a_generation_is_launched_with_the_run_so_far(self, tmp_path):
-        """The idle hook runs after each generation's launches (a dresume pair: once, after both), before any of
-        them reached a barrier of the generation's own, and sees the kill whose snapshot the restart will find."""
-        seen = []
-
-        def idle(run: CaseRun) -> None:
-            seen.append(([l.role for l in run.launches], [f.snapshot for f in run.kills], len(run.barriers)))
-
-        run = Supervisor(fake(), tmp_path / "case", limits=LIMITS, idle=idle).run("dresume:toolStarted@after-sync#1")
-        assert_nothing_survives(run)
-        assert [roles for roles, _, _ in seen] == [["step"], ["step", "dresume", "dresume"]]
-        assert seen[0][1] == [] and seen[1][1] == [run.kills[0].snapshot]
-        assert seen[1][2] == run.kills[0].barrier + 1  # nothing of the restart's own yet: it only just started
-        assert facts_of(seen[1][1][0]) == PLAN_TXS[:4]
-
-
 class TestSteps:
     def test_later_steps_use_the_announced_session(self, tmp_path):
         """A second step's argv gets the session path from the first hello."""

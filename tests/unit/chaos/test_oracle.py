@@ -300,22 +300,6 @@ def test_log_reduces_fails_when_committed_bytes_at_a_kill_were_rewritten():
     assert any("not kept by recovery" in f or "does not reduce" in f for f in found)
 
 
-def test_a_kill_view_made_ahead_is_used_only_for_the_very_bytes_of_its_kill():
-    """A kill's view made while the case ran (chaos.case) serves the oracle when it is the view of that kill's
-    snapshot; a view of other bytes (a defect upstream) is ignored, and the oracle judges the snapshot itself."""
-    log = good_log()
-    snapshot = bytearray(log.data[: log.txs[2][3]])
-    snapshot[-10] = ord("X") if snapshot[-10] != ord("X") else ord("Y")  # rewritten by recovery: must fail
-    snapshot = bytes(snapshot)
-    made = oracle.LogView(snapshot)
-    ev = evidence(log, kills=[Kill("tx:3@after-sync", 0, made.data, view=made)])
-    assert ev.kill_views[0] is made and "log-reduces" in failing(ev)
-    stale = oracle.LogView(log.data[: log.txs[2][3]])  # the unaltered prefix: would hide the rewrite
-    ev = evidence(log, kills=[Kill("tx:3@after-sync", 0, snapshot, view=stale)])
-    assert ev.kill_views[0] is not stale and ev.kill_views[0].data == snapshot
-    assert any("not kept by recovery" in f or "does not reduce" in f for f in failing(ev)["log-reduces"])
-
-
 # -- 2. acknowledged-durable
 
 

@@ -1,6 +1,6 @@
 """Tests of chaos.scratch: a case directory is a link into a RAM-backed scratch root while it runs; a kept case comes
-back under its name as a plain directory, any other leaves nothing (at once, or when tidied); roots whose lock nobody
-holds are removed, a locked one never; a name another process holds is never touched."""
+back under its name as a plain directory, any other leaves nothing; roots whose lock nobody holds are removed, a
+locked one never; a name another process holds is never touched."""
 
 from __future__ import annotations
 
@@ -60,43 +60,6 @@ def test_a_case_that_is_not_kept_leaves_nothing_in_either_place(shm, tmp_path):
     scratch.settle(case, keep=False)
     assert not os.path.lexists(case) and not real.exists()
     assert list(scratch.root().iterdir()) == []
-
-
-def test_a_case_settled_later_is_removed_by_tidy(shm, tmp_path):
-    """Settled ``later``: link and scratch directory stay until ``tidy``, which removes both, and only once."""
-    case = fresh_dir(tmp_path / "work", "case", make=scratch.make)
-    real = Path(os.readlink(case))
-    (case / "sessions").mkdir()
-    (case / "sessions" / "log").write_text("data")
-    scratch.settle(case, keep=False, later=True)
-    assert case.is_symlink() and real.is_dir()  # left for a moment when the harness only waits
-    scratch.tidy()
-    assert not os.path.lexists(case) and not real.exists()
-    assert list(scratch.root().iterdir()) == []
-    scratch.tidy()  # nothing left to do: no error
-
-
-def test_a_name_settled_later_is_free_for_the_next_case_of_that_name(shm, tmp_path):
-    """A case made under the name of one settled later gets that very name (its leftovers go first), as it would
-    after a settle at once."""
-    case = fresh_dir(tmp_path / "work", "case", make=scratch.make)
-    old = Path(os.readlink(case))
-    scratch.settle(case, keep=False, later=True)
-    again = fresh_dir(tmp_path / "work", "case", make=scratch.make)
-    assert again == case and again.is_symlink() and Path(os.readlink(again)) != old and not old.exists()
-
-
-def test_tidy_leaves_a_name_that_no_longer_holds_its_link(shm, tmp_path):
-    """If the name was replaced meanwhile (a person moved the link away and put another link there), tidy removes
-    only the scratch directory: the name's new content is not its to touch."""
-    case = fresh_dir(tmp_path / "work", "case", make=scratch.make)
-    real = Path(os.readlink(case))
-    scratch.settle(case, keep=False, later=True)
-    os.rename(case, tmp_path / "moved")
-    (tmp_path / "elsewhere").mkdir()
-    case.symlink_to(tmp_path / "elsewhere")
-    scratch.tidy()
-    assert case.is_symlink() and os.readlink(case) == str(tmp_path / "elsewhere") and not real.exists()
 
 
 def test_a_kept_case_comes_back_as_a_plain_directory_under_its_name(shm, tmp_path):
@@ -279,8 +242,7 @@ def test_a_process_removes_its_own_root_at_exit_but_not_a_forked_child(shm, tmp_
 
 
 def test_drop_removes_the_roots_of_a_process_that_exits_past_atexit(shm, tmp_path):
-    """A campaign worker told to stop exits by os._exit: drop() first leaves nothing of it in scratch, nor the link
-    of a case it settled later in the work directory."""
+    """A campaign worker told to stop exits by os._exit: drop() first leaves nothing of it in scratch."""
     code = (
         "import os\n"
         "from pathlib import Path\n"
@@ -288,8 +250,6 @@ def test_drop_removes_the_roots_of_a_process_that_exits_past_atexit(shm, tmp_pat
         "from chaos.case import fresh_dir\n"
         "scratch.MIN_SIZE = scratch.MIN_FREE = 0\n"
         f"fresh_dir(Path({str(tmp_path / 'work')!r}), 'case', make=scratch.make)\n"
-        f"done = fresh_dir(Path({str(tmp_path / 'work')!r}), 'done', make=scratch.make)\n"
-        "scratch.settle(done, keep=False, later=True)\n"
         "scratch.drop()\n"
         "os._exit(0)\n"
     )
@@ -297,20 +257,3 @@ def test_drop_removes_the_roots_of_a_process_that_exits_past_atexit(shm, tmp_pat
                          cwd=Path(scratch.__file__).resolve().parents[1])
     assert out.returncode == 0, out.stderr
     assert list(mine(shm).iterdir()) == []
-    assert not os.path.lexists(tmp_path / "work" / "done")
-
-
-def test_a_process_that_exits_removes_the_links_of_cases_it_settled_later(shm, tmp_path):
-    """At a normal exit (atexit) the links of passing cases not tidied yet go with the root."""
-    code = (
-        "from pathlib import Path\n"
-        "from chaos import scratch\n"
-        "from chaos.case import fresh_dir\n"
-        "scratch.MIN_SIZE = scratch.MIN_FREE = 0\n"
-        f"done = fresh_dir(Path({str(tmp_path / 'work')!r}), 'done', make=scratch.make)\n"
-        "scratch.settle(done, keep=False, later=True)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                         cwd=Path(scratch.__file__).resolve().parents[1])
-    assert out.returncode == 0, out.stderr
-    assert list(mine(shm).iterdir()) == [] and list((tmp_path / "work").iterdir()) == []
