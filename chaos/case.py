@@ -255,8 +255,9 @@ def cgroup_quota(cgroup: str, read) -> float | None:
 
 def shared_launcher(target: Target) -> Launcher:
     """This process's launcher for ``target`` (``chaos.zygote.launcher_for``: a warm zygote where the target
-    allows one, else exec), started on first use and stopped at exit; one per (process, module, preload). A zygote
-    that died (killed from outside) is replaced by a new one, once per case at most, with a warning."""
+    allows one, else exec), started on first use and stopped at exit; one per process, module, preload and copying
+    ahead. A zygote that died (killed from outside) is replaced by a new one, once per case at most, with a
+    warning."""
     # A python target's zygote imports with the target's env (its telemetry switches): part of what it is. Copying
     # ahead is fixed at its start: a worker whose pool changed its size (chaos mutants) gets the zygote it needs.
     key = (os.getpid(), target.zygote_module(), target.preload, target.interpreter(),

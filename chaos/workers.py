@@ -701,17 +701,18 @@ class WorkerPool:
             raise RuntimeError("WorkerPool.reconfigure with jobs queued or running")
         self.config, self.size, self._generation = config, max(1, size), self._generation + 1
         for w in list(self.workers):
-            self._configure(w)  # now, not at its next job: a worker that died while idle is found before any job
+            if not self._configure(w):  # now, not at its next job: a worker that died while idle is found early
+                self._drop(w)
         return self
 
     def _configure(self, w: _Worker) -> bool:
-        """Give ``w`` the current config unless it has it; False (and ``w`` dropped) when it died meanwhile."""
+        """Give ``w`` the current config unless it has it; False when it died meanwhile (idle: nothing of it to
+        report, the caller drops it and a new one takes its place)."""
         if w.generation == self._generation:
             return True
         try:
             w.conn.send((CONFIGURE, self.config, self.size))  # a pipe keeps order: before any later job
-        except OSError:  # it died while idle (the OOM killer, say): nothing of it to report, a new one replaces it
-            self._drop(w)
+        except OSError:
             return False
         w.generation = self._generation
         return True
@@ -760,11 +761,10 @@ class WorkerPool:
             idle = next((w for w in self.workers if w.job is None), None)
             if idle is None:
                 idle = self._spawn()  # with the current config
-            elif not idle.process.is_alive() or not self._configure(idle):
+            elif not (idle.process.is_alive() and self._configure(idle)):
                 # Died while idle (only a busy worker is watched, by next_result): dropped, and the job goes to
                 # another worker or a new one.
-                if idle in self.workers:
-                    self._drop(idle)
+                self._drop(idle)
                 continue
             job = self.queue.pop(0)
             idle.job = job
