@@ -1326,3 +1326,37 @@ def reduce_session(data: bytes) -> Reduction:
         if collecting:
             gc.enable()
     return reducer.export(repaired_length)
+
+
+def reduce_prefixes(data: bytes, ends: list[int]) -> tuple[Reduction, dict[int, Reduction]]:
+    """``reduce_session(data)`` and, from the same pass, ``reduce_session(data[:end])`` for each ``end`` that closes
+    a line of ``data`` after its header (``data[end - 1]`` is its LF); other ends are left out of the dict.
+
+    Why one pass gives both: a reduction is a left fold over the committed lines (§2.4: each line is applied to the
+    state the lines before it left, and nothing after a line changes how it applied), and ``export`` copies what it
+    exports. ``CorruptionError`` when ``data`` itself does not reduce (whatever its prefixes would do: the error of
+    a whole range, §2.3, can sit in a line after them)."""
+    lines, repaired_length = committed_lines(data)
+    wanted: dict[int, list[int]] = {}
+    for end in ends:
+        if 0 < end <= repaired_length and data[end - 1] == 10:  # b"\n"
+            count = data.count(b"\n", 0, end)
+            if count >= 1:
+                wanted.setdefault(count, []).append(end)
+    reducer = Reducer()
+    reducer.apply_header(parse_line(lines[0], 1), 1)
+    apply = reducer.apply
+    out: dict[int, Reduction] = {}
+    for end in wanted.get(1, ()):
+        out[end] = reducer.export(end)
+    collecting = gc.isenabled()
+    gc.disable()  # as in reduce_session
+    try:
+        for number in range(2, len(lines) + 1):
+            apply(parse_line(lines[number - 1], number), number)
+            for end in wanted.get(number, ()):
+                out[end] = reducer.export(end)
+    finally:
+        if collecting:
+            gc.enable()
+    return reducer.export(repaired_length), out

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from agent.session.digests import configuration_digest, source_digest
 from agent.session.errors import CorruptionError
 from agent.session.framing import committed_lines, parse_line
-from agent.session.reducer import Reducer, reduce_session
+from agent.session.reducer import Reducer, reduce_prefixes, reduce_session
 from tests.conftest import CORPUS, reducer_manifest
 from tests.unit.session.test_reducer import (
     ABORTED,
@@ -255,3 +255,42 @@ def test_generated_logs_are_prefix_closed(data, cuts):
         else:
             state = incremental[last_lf + 1]
             assert outcome(data[:cut]) == ("ok", state, state.boundary)
+
+
+# ----------------------------------------------------------------------------------------------- one pass, all prefixes
+
+
+def prefixes_agree(data: bytes, ends: list[int]) -> None:
+    """``reduce_prefixes`` gives ``reduce_session`` of the whole and of exactly the asked-for line-boundary prefixes."""
+    whole, parts = reduce_prefixes(data, ends)
+    assert outcome(data) == ("ok", whole, whole.boundary)
+    boundaries = {end for end in ends if 0 < end <= len(data) and data[end - 1] == 0x0A}
+    assert set(parts) == boundaries
+    for end, state in parts.items():
+        assert outcome(data[:end]) == ("ok", state, state.boundary), end
+        assert state.compaction_started == reduce_session(data[:end]).compaction_started
+
+
+@pytest.mark.parametrize("entry", VALID, ids=[entry["name"] for entry in VALID])
+def test_reduce_prefixes_of_a_valid_fixture(corpus, entry):
+    """Asked for every byte offset, one pass returns each line-boundary prefix's own reduction and nothing else."""
+    data = (corpus / "fixtures" / entry["file"]).read_bytes()
+    prefixes_agree(data, list(range(-1, len(data) + 2)))
+
+
+@pytest.mark.parametrize("entry", INVALID, ids=[entry["name"] for entry in INVALID])
+def test_reduce_prefixes_of_an_invalid_fixture_raises_its_error(corpus, entry):
+    """A log that does not reduce raises exactly reduce_session's error, whatever its prefixes would do."""
+    data = (corpus / "fixtures" / entry["file"]).read_bytes()
+    error = expectation(entry)["error"]
+    with pytest.raises(CorruptionError) as info:
+        reduce_prefixes(data, [data.find(b"\n") + 1])
+    assert info.value.to_json() == error
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=valid_logs(), cuts=st.lists(st.floats(0, 1), max_size=8))
+def test_reduce_prefixes_of_generated_logs(data, cuts):
+    """On generated logs: every line boundary and sampled cuts, each prefix's reduction from the one pass."""
+    ends = [index + 1 for index, byte in enumerate(data) if byte == 0x0A] + [int(f * len(data)) for f in cuts]
+    prefixes_agree(data, ends)

@@ -300,6 +300,43 @@ def test_log_reduces_fails_when_committed_bytes_at_a_kill_were_rewritten():
     assert any("not kept by recovery" in f or "does not reduce" in f for f in found)
 
 
+
+@pytest.mark.parametrize("tx,torn", [(1, b""), (3, b""), (5, b'{"kind":"rec'), (8, b"")])
+def test_a_kill_snapshot_the_final_log_extends_is_viewed_as_its_own_reduction_would_be(tx, torn):
+    """A snapshot whose committed bytes begin the final log is reduced in the final log's pass, to the same view."""
+    log = good_log()
+    snapshot = log.data[: log.txs[tx - 1][3]] + torn
+    ev = evidence(log, kills=[Kill(f"tx:{tx}@after-sync", 0, snapshot)])
+    view, alone = ev.kill_views[0], oracle.LogView(snapshot)
+    assert log.txs[tx - 1][3] in ev.final.prefixes  # the shared pass was taken
+    assert view.reduction == alone.reduction and view.reduction.boundary == alone.reduction.boundary
+    assert (view.error, view.committed, view.torn, view.header) == (alone.error, alone.committed, alone.torn,
+                                                                      alone.header)
+    assert [(l.number, l.facts, l.start, l.end) for l in view.lines] == [(l.number, l.facts, l.start, l.end)
+                                                                          for l in alone.lines]
+    assert vars(view.state()) == vars(alone.state())
+
+
+def test_a_kill_snapshot_with_other_committed_bytes_is_reduced_on_its_own():
+    """A snapshot that does not begin the final log (here: a corrupt line) is judged by its own bytes."""
+    log = good_log()
+    start, end = log.txs[1][3], log.txs[2][3]
+    snapshot = log.data[:start] + b"X" + log.data[start + 1: end]  # same length: it ends where a final line does
+    ev = evidence(log, kills=[Kill("tx:3@after-sync", 0, snapshot)])
+    assert not ev.kill_views[0].reduces and end not in ev.final.prefixes and ev.final.data[end - 1:end] == b"\n"
+    found = failing(ev)["log-reduces"]
+    assert any("the log at the kill does not reduce: MALFORMED_JSON" in f for f in found)
+
+
+def test_kill_snapshots_are_reduced_on_their_own_when_the_final_log_does_not_reduce():
+    """A final log corrupt after the kill leaves the snapshot's own (clean) reduction standing."""
+    log = good_log()
+    snapshot = log.data[: log.txs[2][3]]
+    ev = evidence(log, final_log=log.data + b'{"not a fact"\n', kills=[Kill("tx:3@after-sync", 0, snapshot)])
+    assert not ev.final.reduces and ev.kill_views[0].reduces
+    assert ev.kill_views[0].reduction == oracle.LogView(snapshot).reduction
+
+
 # -- 2. acknowledged-durable
 
 
