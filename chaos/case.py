@@ -40,6 +40,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections import ChainMap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -519,7 +520,7 @@ def _execute_in(case_dir: Path, scenario, faults, cid: str, t0: float, *, target
     launcher = RestartLauncher(shared_launcher(target), changes.argv())
     limits = limits or Limits()
     clock = [("setup", time.monotonic())]  # where a case's time goes (bench/campaign.py reads it)
-    environ = {**os.environ, **env}
+    environ = ChainMap(env, os.environ)  # what a launch sees, without a copy of ~100 variables (~50 µs) per case
     early: Judgement | None = None  # the oracle's judgement made while the first probe ran
     overlapped = 0.0  # seconds of oracle work inside the probe phase (counted as oracle time, not probe time)
     hidden = 0.0  # ... of which behind a probe still running when it ended (off a case's critical path)
