@@ -520,7 +520,9 @@ def _execute_in(case_dir: Path, scenario, faults, cid: str, t0: float, *, target
     launcher = RestartLauncher(shared_launcher(target), changes.argv())
     limits = limits or Limits()
     clock = [("setup", time.monotonic())]  # where a case's time goes (bench/campaign.py reads it)
-    environ = ChainMap(env, os.environ)  # what a launch sees, without a copy of ~100 variables (~50 µs) per case
+    # The environment identity a launch reads (the case's variables over the harness's), for the oracle's question;
+    # a view, not a copy of ~100 variables (~50 µs) per case.
+    environ = ChainMap(env, os.environ)
     early: Judgement | None = None  # the oracle's judgement made while the first probe ran
     overlapped = 0.0  # seconds of oracle work inside the probe phase (counted as oracle time, not probe time)
     hidden = 0.0  # ... of which behind a probe still running when it ended (off a case's critical path)

@@ -33,8 +33,9 @@ per invariant:
    baseline's fact for fact, ids consistently renamed, usage, seq, timestamps and header ignored.
 
 Each check is its own function over the evidence; they share only the parsing helpers below (``LogView``, a small
-independent reading of the log — not the agent's reducer — and the reference ``reduce_session`` for "does it
-reduce"). Pure: no I/O, no processes; unit tests build evidence by hand. It does not run anything and does not know
+independent reading of the log — not the agent's reducer — and the reference reducer for "does it reduce":
+``reduce_prefixes``, ``reduce_session`` of the final log and, from the same pass, of the kill snapshots it
+extends). Pure: no I/O, no processes; unit tests build evidence by hand. It does not run anything and does not know
 how the evidence was collected (``chaos.case`` does).
 """
 
@@ -346,7 +347,8 @@ class LogView:
     line, so every other check can still look at the valid prefix.
     """
 
-    def __init__(self, data: bytes, prefixes: list[int] = ()):
+    def __init__(self, data: bytes, prefixes: Sequence[int] = ()):
+        # ``prefix`` below makes a view without this method: an attribute added here must be set there too.
         self.data = data
         self.error: dict | None = None
         self.reduction: Mapping | None = None
@@ -410,7 +412,9 @@ class LogView:
         A prefix's states are its longer log's (the same lines)."""
         if self._within is not None:
             longer, count = self._within
-            return longer.state(count if upto is None else min(upto, count))
+            if upto is None:
+                return longer.state(count)
+            return longer.state(min(upto, count) if upto >= 0 else max(0, count + upto))  # as self.lines[:upto]
         if upto not in self._states:
             state = State(self.header or {})
             for line in self.lines[:upto]:

@@ -1330,7 +1330,7 @@ def reduce_session(data: bytes) -> Reduction:
 
 def reduce_prefixes(data: bytes, ends: list[int]) -> tuple[Reduction, dict[int, Reduction]]:
     """``reduce_session(data)`` and, from the same pass, ``reduce_session(data[:end])`` for each ``end`` that closes
-    a line of ``data`` after its header (``data[end - 1]`` is its LF); other ends are left out of the dict.
+    a committed line of ``data``, the header's included (``data[end - 1]`` is its LF); other ends are left out.
 
     Why one pass gives both: a reduction is a left fold over the committed lines (§2.4: each line is applied to the
     state the lines before it left, and nothing after a line changes how it applied), and ``export`` copies what it
@@ -1340,9 +1340,7 @@ def reduce_prefixes(data: bytes, ends: list[int]) -> tuple[Reduction, dict[int, 
     wanted: dict[int, list[int]] = {}
     for end in ends:
         if 0 < end <= repaired_length and data[end - 1] == 10:  # b"\n"
-            count = data.count(b"\n", 0, end)
-            if count >= 1:
-                wanted.setdefault(count, []).append(end)
+            wanted.setdefault(data.count(b"\n", 0, end), []).append(end)  # lines in data[:end], header included
     reducer = Reducer()
     reducer.apply_header(parse_line(lines[0], 1), 1)
     apply = reducer.apply
