@@ -9,8 +9,9 @@ costs ~1 µs), and making and removing the case's files costs less too.
 
 The case directory keeps its name under the work directory: while the case runs it is a symbolic link to its
 scratch directory, so every path a launch, a record or a report names stays valid. A case that is kept is copied
-back under that name (the copy is made beside it, then exchanged with the link in one ``renameat2``); any other is
-removed from both places. Only a link that points into this process's own root is ever settled: a name another
+back under that name (the copy is made beside it, then exchanged with the link in one ``renameat2``); any other
+leaves nothing under its name, and its scratch directory is moved into the root's trash, removed with others in a
+batch (``_discard``). Only a link that points into this process's own root is ever settled: a name another
 process took meanwhile is never touched.
 
 ``KILLPOINT_SCRATCH``: a directory to use instead of ``/dev/shm``, or ``off`` (cases run in the work directory: a
@@ -47,6 +48,13 @@ _AT_FDCWD = -100
 
 # (pid, KILLPOINT_SCRATCH as set) -> this process's root (None: cases run in the work directory), decided at the
 # first case: the file system is not looked at again for every case. Forked children are other pids: their own.
+# The directory of a root that settled cases are moved to, emptied every TRASH_BATCH of them (see _discard), or
+# sooner when the file system has less than TRASH_KEEP_FREE bytes free. Not a case directory's name: those end in
+# ".<12 hex digits>". Removed with its root (at exit, or as an orphan's).
+TRASH = ".trash"
+TRASH_BATCH = 32
+TRASH_KEEP_FREE = 1 << 30
+_trashed: dict[Path, int] = {}  # trash directory -> the case directories moved into it since it was last emptied
 _roots: dict[tuple[int, str], Path | None] = {}
 _locks: dict[Path, int] = {}  # root -> the descriptor holding its lock (open for the process's life)
 
@@ -216,7 +224,44 @@ def settle(case_dir: Path, keep: bool) -> None:
         _rmtree(holder)  # holds the link now
     else:
         os.unlink(case_dir)
-    _rmtree(Path(real))
+    _discard(Path(real))
+
+
+def _discard(real: Path) -> None:
+    """Remove a settled case's scratch directory: moved into its root's trash (one rename), and the trash emptied
+    every ``TRASH_BATCH`` directories, or at once when the file system runs short of ``TRASH_KEEP_FREE``.
+
+    Why: removing a case's ~20 files and directories right after the case costs ~0.48 ms, each operation paying for
+    caches the agents' processes evicted meanwhile; a rename costs ~0.08 ms and removing 32 trees together ~0.24 ms
+    a tree (measured on tmpfs with 4 MiB of other work between cases): ~0.16 ms less per case, and less time between
+    two cases of a loop."""
+    trash = real.parent / TRASH
+    try:
+        os.rename(real, trash / real.name)
+    except FileNotFoundError:
+        try:  # the trash is made at its first use (and again if removed behind our back)
+            trash.mkdir(exist_ok=True)
+            os.rename(real, trash / real.name)
+        except OSError:
+            _rmtree(real)
+            return
+    except OSError:  # another file system, say: remove it now, as before
+        _rmtree(real)
+        return
+    count = _trashed[trash] = _trashed.get(trash, 0) + 1
+    if count >= TRASH_BATCH or _short_of_space(trash):
+        _rmtree(trash)
+        _trashed[trash] = 0
+
+
+def _short_of_space(path: Path) -> bool:
+    """True when the file system of ``path`` has less than ``TRASH_KEEP_FREE`` bytes free (a case may leave large
+    files, and the trash holds up to ``TRASH_BATCH`` cases of them in RAM)."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return True
+    return st.f_bavail * st.f_frsize < TRASH_KEEP_FREE
 
 
 def _copy_regular(src: str, dst: str) -> None:

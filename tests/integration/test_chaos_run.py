@@ -196,7 +196,8 @@ def test_a_kept_case_is_copied_out_of_scratch_with_every_path_it_names_valid(tmp
     assert run["session"] and Path(run["session"]).is_file()
     assert run["faults"][0]["snapshot"] and Path(run["faults"][0]["snapshot"]).is_file()
     assert all(Path(launch["stderr"]).is_file() for launch in run["launches"])
-    assert [p for p in shm.rglob("*") if p.is_file() and p.suffix != ".lock"] == []  # nothing of it left in scratch
+    # Nothing of it left in scratch but in the trash (emptied every scratch.TRASH_BATCH cases and at exit).
+    assert [p for p in shm.rglob("*") if p.is_file() and p.suffix != ".lock" and scratch.TRASH not in p.parts] == []
 
 
 def test_a_case_the_harness_fails_in_keeps_its_files(bash_deploy, tmp_path, monkeypatch):
@@ -214,7 +215,8 @@ def test_a_case_the_harness_fails_in_keeps_its_files(bash_deploy, tmp_path, monk
         run_case(bash_deploy, (), work_dir=tmp_path / "work", server=BrokenServer(), keep="none")
     [case] = (tmp_path / "work").iterdir()
     assert case.is_dir() and not case.is_symlink() and (case / "workspace").is_dir()
-    assert [p for p in shm.rglob("*") if p.is_file() and p.suffix != ".lock"] == []
+    # The scratch copy is gone but for the trash (emptied every scratch.TRASH_BATCH cases and at exit).
+    assert [p for p in shm.rglob("*") if p.is_file() and p.suffix != ".lock" and scratch.TRASH not in p.parts] == []
 
 
 def test_cases_run_in_scratch_unless_every_case_is_kept(bash_deploy, tmp_path, monkeypatch):
@@ -245,4 +247,5 @@ def test_cases_run_in_scratch_unless_every_case_is_kept(bash_deploy, tmp_path, m
     assert seen[0].startswith(str(shm)) and seen[1].startswith(str(tmp_path / "b"))
     assert not any((tmp_path / "a").iterdir())  # the passing case left nothing in the work directory...
     roots = [p for p in (shm / f"killpoint-{os.getuid()}").iterdir() if p.is_dir()]
-    assert roots and all(not any(r.iterdir()) for r in roots)  # ...nor in scratch
+    assert roots and all(not any(p.name != scratch.TRASH for p in r.iterdir()) for r in roots)  # ...nor in scratch
+    # (but in its trash: emptied every scratch.TRASH_BATCH cases and at exit)

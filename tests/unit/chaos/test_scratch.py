@@ -52,14 +52,37 @@ def test_a_case_directory_is_a_link_into_this_processs_scratch_root(shm, tmp_pat
     assert again.name == "case-2" and again.is_symlink()
 
 
-def test_a_case_that_is_not_kept_leaves_nothing_in_either_place(shm, tmp_path):
-    """Settled without keeping: the link and the scratch directory are both gone."""
+def trash() -> list[str]:
+    """The names in this process's trash (none when there is no trash)."""
+    where = scratch.root() / scratch.TRASH
+    return sorted(os.listdir(where)) if where.is_dir() else []
+
+
+def test_a_case_that_is_not_kept_leaves_nothing_in_either_place(shm, tmp_path, monkeypatch):
+    """Settled without keeping: the link and the scratch directory are gone at once, the files by the time
+    TRASH_BATCH cases were settled (they wait in the root's trash until then)."""
+    monkeypatch.setattr(scratch, "TRASH_KEEP_FREE", 0)  # whatever the test machine has free
+    monkeypatch.setattr(scratch, "TRASH_BATCH", 3)
+    reals = []
+    for n in range(3):
+        case = fresh_dir(tmp_path / "work", f"case{n}", make=scratch.make)
+        reals.append(Path(os.readlink(case)))
+        (case / "sessions").mkdir()
+        (case / "sessions" / "log").write_text("data")
+        (case / "sessions").chmod(0o555)  # a tree the system under test made read-only goes too
+        scratch.settle(case, keep=False)
+        assert not os.path.lexists(case) and not reals[-1].exists()
+        assert trash() == (sorted(r.name for r in reals) if n < 2 else [])
+    assert [p.name for p in scratch.root().iterdir() if p.name != scratch.TRASH] == []
+
+
+def test_the_trash_is_emptied_at_once_when_its_file_system_runs_short(shm, tmp_path, monkeypatch):
+    """With less than TRASH_KEEP_FREE bytes free, a settled case's files are removed right away."""
+    monkeypatch.setattr(scratch, "TRASH_KEEP_FREE", 1 << 62)
     case = fresh_dir(tmp_path / "work", "case", make=scratch.make)
-    real = Path(os.readlink(case))
-    (case / "log").write_text("data")
+    (case / "big").write_bytes(b"x" * 4096)
     scratch.settle(case, keep=False)
-    assert not os.path.lexists(case) and not real.exists()
-    assert list(scratch.root().iterdir()) == []
+    assert trash() == []
 
 
 def test_a_kept_case_comes_back_as_a_plain_directory_under_its_name(shm, tmp_path):
