@@ -46,15 +46,17 @@ _ON = frozenset({"", "on", "1", "yes", "true"})
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
 
-# (pid, KILLPOINT_SCRATCH as set) -> this process's root (None: cases run in the work directory), decided at the
-# first case: the file system is not looked at again for every case. Forked children are other pids: their own.
-# The directory of a root that settled cases are moved to, emptied every TRASH_BATCH of them (see _discard), or
-# sooner when the file system has less than TRASH_KEEP_FREE bytes free. Not a case directory's name: those end in
-# ".<12 hex digits>". Removed with its root (at exit, or as an orphan's).
+# The directory of a root that settled cases' scratch directories are moved to (see _discard), emptied every
+# TRASH_BATCH of them, or sooner: once the file system's free space fell by TRASH_MAX_BYTES since it was last emptied
+# (what the trash holds is RAM on /dev/shm: a target whose cases leave large files must not pile them up), or when
+# under MIN_FREE is left. Not a case directory's name: those end in ".<12 hex digits>". Removed with its root (at
+# exit, or as an orphan's).
 TRASH = ".trash"
 TRASH_BATCH = 32
-TRASH_KEEP_FREE = 1 << 30
-_trashed: dict[Path, int] = {}  # trash directory -> the case directories moved into it since it was last emptied
+TRASH_MAX_BYTES = 64 << 20
+_trashed: dict[Path, tuple[int, int]] = {}  # trash -> (directories moved in, free bytes) since it was last emptied
+# (pid, KILLPOINT_SCRATCH as set) -> this process's root (None: cases run in the work directory), decided at the
+# first case: the file system is not looked at again for every case. Forked children are other pids: their own.
 _roots: dict[tuple[int, str], Path | None] = {}
 _locks: dict[Path, int] = {}  # root -> the descriptor holding its lock (open for the process's life)
 
@@ -202,8 +204,8 @@ def _ours(real: str) -> bool:
 
 
 def settle(case_dir: Path, keep: bool) -> None:
-    """After a case: keep its directory under its name in the work directory (copied out of scratch), or remove it
-    from both places. Files that could not be copied are listed in ``scratch-copy-errors.txt`` in the kept copy."""
+    """After a case: keep its directory under its name in the work directory (copied out of scratch), or remove the
+    name; either way its scratch directory goes (into the trash: ``_discard``). Files that could not be copied are listed in ``scratch-copy-errors.txt`` in the kept copy."""
     try:
         real = os.readlink(case_dir)
     except OSError:  # a plain directory (no scratch), or already gone
@@ -229,7 +231,7 @@ def settle(case_dir: Path, keep: bool) -> None:
 
 def _discard(real: Path) -> None:
     """Remove a settled case's scratch directory: moved into its root's trash (one rename), and the trash emptied
-    every ``TRASH_BATCH`` directories, or at once when the file system runs short of ``TRASH_KEEP_FREE``.
+    every ``TRASH_BATCH`` directories or sooner (see ``TRASH``).
 
     Why: removing a case's ~20 files and directories right after the case costs ~0.48 ms, each operation paying for
     caches the agents' processes evicted meanwhile; a rename costs ~0.08 ms and removing 32 trees together ~0.24 ms
@@ -245,23 +247,37 @@ def _discard(real: Path) -> None:
         except OSError:
             _rmtree(real)
             return
-    except OSError:  # another file system, say: remove it now, as before
+    except OSError:  # EACCES: a top directory the target made read-only cannot get a new ".." (another parent)
         _rmtree(real)
         return
-    count = _trashed[trash] = _trashed.get(trash, 0) + 1
-    if count >= TRASH_BATCH or _short_of_space(trash):
-        _rmtree(trash)
-        _trashed[trash] = 0
+    count, free = _trashed.get(trash, (0, None))
+    now = _free(trash)
+    if free is None:
+        free = now
+    if count + 1 >= TRASH_BATCH or now is None or free - now > TRASH_MAX_BYTES or now < MIN_FREE:
+        _empty(trash)
+        _trashed[trash] = (0, _free(trash))
+    else:
+        _trashed[trash] = (count + 1, free)
 
 
-def _short_of_space(path: Path) -> bool:
-    """True when the file system of ``path`` has less than ``TRASH_KEEP_FREE`` bytes free (a case may leave large
-    files, and the trash holds up to ``TRASH_BATCH`` cases of them in RAM)."""
+def _free(path: Path) -> int | None:
+    """Bytes free on the file system of ``path`` (None when it cannot be read)."""
     try:
         st = os.statvfs(path)
     except OSError:
-        return True
-    return st.f_bavail * st.f_frsize < TRASH_KEEP_FREE
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def _empty(trash: Path) -> None:
+    """Remove what the trash holds, keeping the directory (the next case's rename needs it)."""
+    try:
+        entries = list(os.scandir(trash))
+    except OSError:
+        return
+    for entry in entries:
+        _rmtree(entry.path)
 
 
 def _copy_regular(src: str, dst: str) -> None:

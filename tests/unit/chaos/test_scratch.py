@@ -1,5 +1,6 @@
 """Tests of chaos.scratch: a case directory is a link into a RAM-backed scratch root while it runs; a kept case comes
-back under its name as a plain directory, any other leaves nothing; roots whose lock nobody holds are removed, a
+back under its name as a plain directory, any other leaves nothing under its name; settled scratch directories wait
+in the root's trash, emptied in batches (sooner when it holds much); roots whose lock nobody holds are removed, a
 locked one never; a name another process holds is never touched."""
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def trash() -> list[str]:
 def test_a_case_that_is_not_kept_leaves_nothing_in_either_place(shm, tmp_path, monkeypatch):
     """Settled without keeping: the link and the scratch directory are gone at once, the files by the time
     TRASH_BATCH cases were settled (they wait in the root's trash until then)."""
-    monkeypatch.setattr(scratch, "TRASH_KEEP_FREE", 0)  # whatever the test machine has free
+    monkeypatch.setattr(scratch, "TRASH_MAX_BYTES", 1 << 62)  # whatever other processes do to the free space
     monkeypatch.setattr(scratch, "TRASH_BATCH", 3)
     reals = []
     for n in range(3):
@@ -77,12 +78,35 @@ def test_a_case_that_is_not_kept_leaves_nothing_in_either_place(shm, tmp_path, m
 
 
 def test_the_trash_is_emptied_at_once_when_its_file_system_runs_short(shm, tmp_path, monkeypatch):
-    """With less than TRASH_KEEP_FREE bytes free, a settled case's files are removed right away."""
-    monkeypatch.setattr(scratch, "TRASH_KEEP_FREE", 1 << 62)
+    """With less than MIN_FREE bytes free, a settled case's files are removed right away."""
     case = fresh_dir(tmp_path / "work", "case", make=scratch.make)
     (case / "big").write_bytes(b"x" * 4096)
+    monkeypatch.setattr(scratch, "MIN_FREE", 1 << 62)  # (after the root was chosen: it asks for MIN_FREE too)
     scratch.settle(case, keep=False)
     assert trash() == []
+
+
+def test_the_trash_is_emptied_once_it_holds_more_than_its_bytes(shm, tmp_path, monkeypatch):
+    """A case that leaves large files empties the trash: it never holds TRASH_MAX_BYTES more than when emptied."""
+    monkeypatch.setattr(scratch, "TRASH_MAX_BYTES", 8 << 20)
+    small = fresh_dir(tmp_path / "work", "small", make=scratch.make)
+    scratch.settle(small, keep=False)
+    assert len(trash()) == 1
+    large = fresh_dir(tmp_path / "work", "large", make=scratch.make)
+    with open(large / "big", "wb") as f:
+        f.write(os.urandom(32 << 20))
+        os.fsync(f.fileno())
+    scratch.settle(large, keep=False)
+    assert trash() == []
+
+
+def test_a_scratch_directory_that_cannot_go_to_the_trash_is_removed_at_once(shm, tmp_path):
+    """Where the rename fails (here the trash's name holds a file), the directory is removed as before."""
+    case = fresh_dir(tmp_path / "work", "case", make=scratch.make)
+    real = Path(os.readlink(case))
+    (scratch.root() / scratch.TRASH).write_text("not a directory")
+    scratch.settle(case, keep=False)
+    assert not os.path.lexists(case) and not real.exists()
 
 
 def test_a_kept_case_comes_back_as_a_plain_directory_under_its_name(shm, tmp_path):
@@ -272,7 +296,10 @@ def test_drop_removes_the_roots_of_a_process_that_exits_past_atexit(shm, tmp_pat
         "from chaos import scratch\n"
         "from chaos.case import fresh_dir\n"
         "scratch.MIN_SIZE = scratch.MIN_FREE = 0\n"
+        f"case = fresh_dir(Path({str(tmp_path / 'work')!r}), 'case', make=scratch.make)\n"
+        "scratch.settle(case, keep=False)\n"  # its files wait in the trash: they go with the root
         f"fresh_dir(Path({str(tmp_path / 'work')!r}), 'case', make=scratch.make)\n"
+        "assert os.listdir(scratch.root() / scratch.TRASH)\n"
         "scratch.drop()\n"
         "os._exit(0)\n"
     )
