@@ -54,7 +54,8 @@ _AT_FDCWD = -100
 TRASH = ".trash"
 TRASH_BATCH = 32
 TRASH_MAX_BYTES = 64 << 20
-_trashed: dict[Path, tuple[int, int]] = {}  # trash -> (directories moved in, free bytes) since it was last emptied
+# trash -> (directories moved in since it was last emptied, free bytes then)
+_trashed: dict[Path, tuple[int, int | None]] = {}
 # (pid, KILLPOINT_SCRATCH as set) -> this process's root (None: cases run in the work directory), decided at the
 # first case: the file system is not looked at again for every case. Forked children are other pids: their own.
 _roots: dict[tuple[int, str], Path | None] = {}
@@ -205,7 +206,8 @@ def _ours(real: str) -> bool:
 
 def settle(case_dir: Path, keep: bool) -> None:
     """After a case: keep its directory under its name in the work directory (copied out of scratch), or remove the
-    name; either way its scratch directory goes (into the trash: ``_discard``). Files that could not be copied are listed in ``scratch-copy-errors.txt`` in the kept copy."""
+    name; either way its scratch directory goes (into the trash: ``_discard``). Files that could not be copied are
+    listed in ``scratch-copy-errors.txt`` in the kept copy."""
     try:
         real = os.readlink(case_dir)
     except OSError:  # a plain directory (no scratch), or already gone
