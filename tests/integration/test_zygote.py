@@ -145,15 +145,20 @@ class TestFreshness:
 
     def test_a_signal_sent_at_once_waits_for_the_child_to_be_ready(self, zygote, tmp_path):
         """A SIGINT sent as soon as the launch returns is not lost to the zygote's dispositions (it ignores SIGINT):
-        it waits, blocked, until the child's are a fresh interpreter's, and ends it as under exec."""
-        for each in (zygote, SubprocessLauncher()):
-            codes = []
+        it waits, blocked, until the child's are a fresh interpreter's, and ends it by SIGINT. Under exec it ends
+        the process too, by SIGINT or, when it lands while the interpreter still starts (importing ``site``), with
+        exit 1 (seen under load: a fresh interpreter has no KeyboardInterrupt handling yet)."""
+        for each, ended in ((zygote, {-signal.SIGINT}), (SubprocessLauncher(), {-signal.SIGINT, 1})):
+            codes, still = [], []
             for _ in range(5):
                 proc, _, err = launch(each, tmp_path, "wait", "20")
                 proc.send_signal(signal.SIGINT)
                 codes.append(proc.wait(20))
+                if codes[-1] is None:  # what a future failure needs to be understood: the child's signal state
+                    still.append(_signal_state(proc.pid))
+                    proc.kill_session(5)
                 proc.close()
-            assert codes == [-signal.SIGINT] * 5, (type(each).__name__, codes)
+            assert set(codes) <= ended, (type(each).__name__, codes, still)
 
     def test_the_bundled_agents_zygote_forks_with_libc_and_runs_the_ids_handler(self):
         """The bundled agent's preload registers one at-fork handler of its own (agent.session.ids reseeds its
@@ -439,3 +444,13 @@ def test_a_worker_whose_pool_changed_size_gets_a_zygote_that_copies_ahead_as_the
         assert case.shared_launcher(target) is one
     finally:
         case.set_loops(1)
+
+
+def _signal_state(pid: int) -> str:
+    """The State and signal lines of /proc/PID/status (pending, blocked, ignored, caught), or why there are none."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return "; ".join(line.strip() for line in f if line.startswith(("State", "SigPnd", "ShdPnd", "SigBlk",
+                                                                             "SigIgn", "SigCgt")))
+    except OSError as exc:
+        return f"pid {pid}: {exc.strerror}"
