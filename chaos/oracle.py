@@ -269,7 +269,7 @@ class Evidence:
         cuts = [k.snapshot.rfind(b"\n") + 1 for k in self.kills]
         shared = [c if c and data[:c] == k.snapshot[:c] else 0 for c, k in zip(cuts, self.kills)]
         final = LogView(data, prefixes=[c for c in shared if c])
-        views = [LogView.prefix(final, k.snapshot, c) if c and c in final.prefixes else LogView(k.snapshot)
+        views = [LogView(k.snapshot, within=(final, c)) if c and c in final.prefixes else LogView(k.snapshot)
                  for c, k in zip(shared, self.kills)]
         return final, views
 
@@ -347,8 +347,10 @@ class LogView:
     line, so every other check can still look at the valid prefix.
     """
 
-    def __init__(self, data: bytes, prefixes: Sequence[int] = ()):
-        # ``prefix`` below makes a view without this method: an attribute added here must be set there too.
+    def __init__(self, data: bytes, prefixes: Sequence[int] = (), *, within: tuple[LogView, int] | None = None):
+        """``prefixes``: ends of ``data`` whose reductions to keep (``self.prefixes``). ``within``: (the view of a
+        longer log, ``end``) when ``data``'s committed bytes are that log's up to ``end`` (an end in its
+        ``prefixes``): the reduction, lines and states are that log's up to there, nothing is parsed again."""
         self.data = data
         self.error: dict | None = None
         self.reduction: Mapping | None = None
@@ -356,10 +358,16 @@ class LogView:
         self.header: dict | None = None
         self.lines: list[Line] = []
         self._states: dict[int | None, State] = {}
-        self._within: tuple[LogView, int] | None = None  # (a longer log's view, lines): see ``prefix``
+        self._within: tuple[LogView, int] | None = None  # (the longer log's view, how many of its lines are ours)
         last_lf = data.rfind(b"\n")
         self.committed = last_lf + 1
         self.torn = len(data) - self.committed
+        if within is not None:
+            longer, end = within
+            self.reduction, self.header = longer.prefixes[end], longer.header
+            self.lines = [line for line in longer.lines if line.end <= end]
+            self._within = (longer, len(self.lines))
+            return
         try:
             from agent.session.errors import CorruptionError
             from agent.session.reducer import reduce_prefixes
@@ -389,17 +397,6 @@ class LogView:
             if not all(isinstance(f, dict) for f in facts):
                 break
             self.lines.append(Line(number, facts, start, offset))
-
-    @classmethod
-    def prefix(cls, longer: LogView, data: bytes, end: int) -> LogView:
-        """The view of ``data``, whose committed bytes are ``longer.data[:end]`` (``end`` in ``longer.prefixes``):
-        its reduction, lines and states are the longer log's up to there, nothing is parsed again."""
-        view = cls.__new__(cls)
-        view.data, view.error, view.reduction, view.prefixes = data, None, longer.prefixes[end], {}
-        view.header, view.committed, view.torn, view._states = longer.header, end, len(data) - end, {}
-        view.lines = [line for line in longer.lines if line.end <= end]
-        view._within = (longer, len(view.lines))
-        return view
 
     @property
     def reduces(self) -> bool:
