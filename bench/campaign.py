@@ -29,6 +29,8 @@ TCP_NODELAY, the agent's bytecode caches); only the launcher differs. Printed:
   first probe runs (another process), and the part of its work the probe's life covered is not overhead (printed on
   its own line; under exec only when the probe still ran after the oracle: its end is not known). The process
   sweeps are counted in (issue [2/5]'s definition leaves them out: this figure is the conservative one);
+- 95 % bootstrap intervals of the ratio (the kill cases resampled as exec/zygote pairs) and of the zygote's overhead
+  without the sweeps: how far this run's sample of cases can be trusted, not how the machine drifts between runs;
 - CPU per case of every process (this one and its model server, the agents it reaped, each zygote with the children
   it reaped) and the pages a zygote's spare was asked to copy ahead per launch (``chaos.prefault``: on here, one loop
   on a machine with more cores).
@@ -41,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import statistics
 import sys
 import tempfile
@@ -121,6 +124,7 @@ def _record(acc: dict, result, case_run, wall: float, began: float) -> None:
     """Add one kill case's figures to a launcher's accumulator (``began``: when the case started)."""
     acc["cases"] += 1
     acc["wall"] += wall
+    acc["walls"].append(wall)  # in the order of the cases, the same under every launcher: pairs by index
     for p in PHASES:
         acc["phases"][p].append(result.timings.get(p, 0.0) * 1000)
     for kind, values in gaps(case_run).items():
@@ -147,7 +151,8 @@ def measure(targets: dict[str, Target], names, repeat: int) -> dict[str, dict]:
 
     launchers = {name: shared_launcher(target) for name, target in targets.items()}  # started before the clock,
     # as a campaign worker starts its own once
-    acc = {launcher: {"cases": 0, "wall": 0.0, "cpu": 0.0, "phases": {p: [] for p in PHASES}, "barrier": {},
+    acc = {launcher: {"cases": 0, "wall": 0.0, "walls": [], "cpu": 0.0, "phases": {p: [] for p in PHASES},
+                      "barrier": {},
                       "overhead": [], "sweeps": [], "hidden": [], "agents": [], "failures": []}
            for launcher in targets}
     with tempfile.TemporaryDirectory(prefix="killpoint-bench-") as tmp:
@@ -197,6 +202,15 @@ def cpu_seconds(launchers) -> float:
             + sum(launcher.cpu_seconds() for launcher in launchers if hasattr(launcher, "cpu_seconds")))
 
 
+def interval(samples: list, stat, rounds: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """95 % bootstrap interval of ``stat(samples)``: ``stat`` of ``rounds`` resamples (with replacement, as many as
+    there are samples), their 2.5th and 97.5th percentiles. Seeded: the same figures give the same interval."""
+    rng = random.Random(seed)
+    n = len(samples)
+    values = sorted(stat([samples[rng.randrange(n)] for _ in range(n)]) for _ in range(rounds))
+    return values[int(0.025 * rounds)], values[int(0.975 * rounds) - 1]
+
+
 def mean(values) -> float:
     return statistics.fmean(values) if values else 0.0
 
@@ -234,6 +248,14 @@ def main() -> int:
     # Issue [2/5]'s definition: all but the agents' own work and the process sweeps (those outside every life).
     print(f"{'  without the process sweeps':34}{mean(e['overhead']) - mean(e['sweeps']):12.1f}"
           f"{mean(z['overhead']) - mean(z['sweeps']):12.1f}")
+    # How far a run's own sample of cases can be trusted (not the machine's drift between runs): the cases are
+    # resampled as exec/zygote pairs (each kill case ran under both, one right after the other).
+    pairs = list(zip(e["walls"], z["walls"]))
+    low, high = interval(pairs, lambda ps: sum(a for a, _ in ps) / sum(b for _, b in ps))
+    own = [o - s for o, s in zip(z["overhead"], z["sweeps"])]
+    o_low, o_high = interval(own, mean)
+    print(f"95 % intervals over this run's {len(pairs)} case pairs (bootstrap): ratio {low:.1f}–{high:.1f}×, "
+          f"zygote overhead without the sweeps {o_low:.1f}–{o_high:.1f} ms")
     print(f"{'CPU per case, all processes (ms)':34}{e['cpu'] / e['cases'] * 1000:12.1f}"
           f"{z['cpu'] / z['cases'] * 1000:12.1f}")
     zygote = z["launcher"]
