@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -277,14 +277,19 @@ class _Route:
             entry = RecordedRequest(case=self.key, seq=len(self.records) + 1, **fields)
             self.records.append(entry)
             if self.log_path is not None:
-                with open(self.log_path, "a", encoding="utf-8") as log:
-                    log.write(json.dumps(entry.to_json(), ensure_ascii=False) + "\n")
+                write_log(self.log_path, [entry])
             return entry
 
     def count(self, position: tuple[int, int | str]) -> int:
         with self.lock:
             self.counts[position] = self.counts.get(position, 0) + 1
             return self.counts[position]
+
+
+def write_log(path: str | Path, records: Sequence[RecordedRequest]) -> None:
+    """Append ``records`` to the request log at ``path``: one JSON line each (``RecordedRequest.to_json``)."""
+    with open(path, "a", encoding="utf-8") as log:
+        log.write("".join(json.dumps(r.to_json(), ensure_ascii=False) + "\n" for r in records))
 
 
 _HTTP_FAULT = {
@@ -350,7 +355,9 @@ class ScriptedServer:
     # -- cases
     def add_case(self, key: str, scenario: Scenario, *, log_path: str | Path | None = None,
                  summary_prompt: str | None = None) -> str:
-        """Serve ``scenario`` under ``key``; requests are also appended to ``log_path`` (JSONL). Returns the base URL.
+        """Serve ``scenario`` under ``key``; requests are also appended to ``log_path`` (JSONL) as they are recorded,
+        before they are answered (a case that only needs the log when it is kept writes it afterwards instead:
+        ``write_log`` of ``remove_case``'s records, the same lines). Returns the base URL.
 
         ``summary_prompt``: the system prompt by which the target under test asks for a compaction summary."""
         with self._lock:

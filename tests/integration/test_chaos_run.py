@@ -13,8 +13,9 @@ import psutil
 import pytest
 from click.testing import CliRunner
 
+import chaos.case
 from chaos import scratch
-from chaos.case import run_baseline, run_case, shared_server
+from chaos.case import run_baseline, run_case
 from chaos.target import Target
 from chaos.cli import main
 from chaos.faults import PHASES
@@ -113,6 +114,10 @@ def test_chaos_run_reports_the_stale_calls_bug_and_keeps_the_failing_case(tmp_pa
     [case] = run_dir.iterdir()
     names = {p.relative_to(case).as_posix() for p in case.rglob("*")}
     assert {"requests.jsonl", "witness.log", "result.json", "caserun.json", "final-state.json"} <= names
+    # The request log, written when the case is kept: every request the server recorded, in order.
+    logged = [json.loads(line) for line in (case / "requests.jsonl").read_text().splitlines()]
+    assert [r["seq"] for r in logged] == list(range(1, json.loads((case / "result.json").read_text())["requests"] + 1))
+    assert all(r["body"]["messages"] and r["kind"] == "answer" for r in logged)
     assert any(n.startswith("sessions/") and n.endswith(".jsonl") for n in names)
     assert any(n.startswith("kills/") for n in names)
     assert any(n.startswith("launches/") and n.endswith(".stderr") for n in names)
@@ -215,6 +220,18 @@ def test_a_case_the_harness_fails_in_keeps_its_files(bash_deploy, tmp_path, monk
         run_case(bash_deploy, (), work_dir=tmp_path / "work", server=BrokenServer(), keep="none")
     [case] = (tmp_path / "work").iterdir()
     assert case.is_dir() and not case.is_symlink() and (case / "workspace").is_dir()
+    assert not (case / "requests.jsonl").exists()  # no request was ever served
+
+    # Failing after the agents ran (here: judging), the case keeps what the model server saw.
+    def broken_judge(*args, **kwargs):
+        raise RuntimeError("the oracle is broken")
+
+    monkeypatch.setattr(chaos.case, "_judge", broken_judge)
+    with pytest.raises(RuntimeError, match="oracle is broken"):
+        run_case(bash_deploy, (), work_dir=tmp_path / "judged", keep="none")
+    [case] = (tmp_path / "judged").iterdir()
+    logged = [json.loads(line) for line in (case / "requests.jsonl").read_text().splitlines()]
+    assert [r["seq"] for r in logged] == list(range(1, len(logged) + 1)) and len(logged) >= 2
     # The scratch copy is gone but for the trash (emptied every scratch.TRASH_BATCH cases and at exit).
     assert [p for p in shm.rglob("*") if p.is_file() and p.suffix != ".lock" and scratch.TRASH not in p.parts] == []
 
@@ -227,23 +244,16 @@ def test_cases_run_in_scratch_unless_every_case_is_kept(bash_deploy, tmp_path, m
     monkeypatch.setenv("KILLPOINT_SCRATCH", str(shm))
     monkeypatch.setattr(scratch, "MIN_SIZE", 0)  # whatever the temporary directory's file system
     seen = []
+    environment = chaos.case._environment
 
-    class Watching:
-        """The shared server, recording where the case's request log is when the case registers it."""
+    def watching(scenario, target, witness, base_url):
+        """The case's environment, recording where its witness file is while the case runs."""
+        seen.append(os.path.realpath(Path(witness).parent))
+        return environment(scenario, target, witness, base_url)
 
-        def __init__(self, inner):
-            self.inner = inner
-
-        def add_case(self, key, scenario, *, log_path, **kw):
-            seen.append(os.path.realpath(Path(log_path).parent))
-            return self.inner.add_case(key, scenario, log_path=log_path, **kw)
-
-        def __getattr__(self, name):
-            return getattr(self.inner, name)
-
-    server = Watching(shared_server())
-    run_case(bash_deploy, (), work_dir=tmp_path / "a", server=server, keep="none")
-    run_case(bash_deploy, (), work_dir=tmp_path / "b", server=server, keep="all")
+    monkeypatch.setattr(chaos.case, "_environment", watching)
+    run_case(bash_deploy, (), work_dir=tmp_path / "a", keep="none")
+    run_case(bash_deploy, (), work_dir=tmp_path / "b", keep="all")
     assert seen[0].startswith(str(shm)) and seen[1].startswith(str(tmp_path / "b"))
     assert not any((tmp_path / "a").iterdir())  # the passing case left nothing in the work directory...
     roots = [p for p in (shm / f"killpoint-{os.getuid()}").iterdir() if p.is_dir()]
