@@ -29,8 +29,9 @@ TCP_NODELAY, the agent's bytecode caches); only the launcher differs. Printed:
   first probe runs (another process), and the part of its work the probe's life covered is not overhead (printed on
   its own line; under exec only when the probe still ran after the oracle: its end is not known). The process
   sweeps are counted in (issue [2/5]'s definition leaves them out: this figure is the conservative one);
-- 95 % bootstrap intervals of the ratio (the kill cases resampled as exec/zygote pairs) and of the zygote's overhead
-  without the sweeps: how far this run's sample of cases can be trusted, not how the machine drifts between runs;
+- 95 % bootstrap intervals of the ratio (the kill cases resampled as exec/zygote pairs within each scenario) and of
+  the zygote's overhead without the sweeps: how much a run's figures owe to which of its cases happened to be slow,
+  not how the machine drifts between runs;
 - CPU per case of every process (this one and its model server, the agents it reaped, each zygote with the children
   it reaped) and the pages a zygote's spare was asked to copy ahead per launch (``chaos.prefault``: on here, one loop
   on a machine with more cores).
@@ -151,7 +152,8 @@ def measure(targets: dict[str, Target], names, repeat: int) -> dict[str, dict]:
 
     launchers = {name: shared_launcher(target) for name, target in targets.items()}  # started before the clock,
     # as a campaign worker starts its own once
-    acc = {launcher: {"cases": 0, "wall": 0.0, "walls": [], "cpu": 0.0, "phases": {p: [] for p in PHASES},
+    acc = {launcher: {"cases": 0, "wall": 0.0, "walls": [], "scenarios": [], "cpu": 0.0,
+                      "phases": {p: [] for p in PHASES},
                       "barrier": {},
                       "overhead": [], "sweeps": [], "hidden": [], "agents": [], "failures": []}
            for launcher in targets}
@@ -184,6 +186,7 @@ def measure(targets: dict[str, Target], names, repeat: int) -> dict[str, dict]:
                                                            server=None, limits=None, probes=2, keep="none",
                                                            name=None)
                         _record(acc[launcher], result, case_run, time.monotonic() - t, t)
+                        acc[launcher]["scenarios"].append(name)
                         acc[launcher]["cpu"] += cpu_seconds(launchers.values()) - cpu
                         if not result.ok:
                             acc[launcher]["failures"].append(f"{name}::{schedule}: {result.status}")
@@ -202,13 +205,22 @@ def cpu_seconds(launchers) -> float:
             + sum(launcher.cpu_seconds() for launcher in launchers if hasattr(launcher, "cpu_seconds")))
 
 
-def interval(samples: list, stat, rounds: int = 2000, seed: int = 0) -> tuple[float, float]:
-    """95 % bootstrap interval of ``stat(samples)``: ``stat`` of ``rounds`` resamples (with replacement, as many as
-    there are samples), their 2.5th and 97.5th percentiles. Seeded: the same figures give the same interval."""
+def interval(strata: list[list], stat, rounds: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """95 % bootstrap interval of ``stat`` over the samples of every stratum: ``stat`` of ``rounds`` resamples, each
+    stratum resampled within itself (with replacement, as many as it has, so the mix of strata stays the run's), their
+    2.5th and 97.5th percentiles. Seeded: the same figures give the same interval."""
     rng = random.Random(seed)
-    n = len(samples)
-    values = sorted(stat([samples[rng.randrange(n)] for _ in range(n)]) for _ in range(rounds))
+    values = sorted(stat([stratum[rng.randrange(len(stratum))] for stratum in strata for _ in stratum])
+                    for _ in range(rounds))
     return values[int(0.025 * rounds)], values[int(0.975 * rounds) - 1]
+
+
+def by_scenario(values: list, names: list[str]) -> list[list]:
+    """``values`` grouped by the scenario of each (``names``, in the same order), in first-seen order."""
+    groups: dict[str, list] = {}
+    for value, name in zip(values, names):
+        groups.setdefault(name, []).append(value)
+    return list(groups.values())
 
 
 def mean(values) -> float:
@@ -248,14 +260,15 @@ def main() -> int:
     # Issue [2/5]'s definition: all but the agents' own work and the process sweeps (those outside every life).
     print(f"{'  without the process sweeps':34}{mean(e['overhead']) - mean(e['sweeps']):12.1f}"
           f"{mean(z['overhead']) - mean(z['sweeps']):12.1f}")
-    # How far a run's own sample of cases can be trusted (not the machine's drift between runs): the cases are
-    # resampled as exec/zygote pairs (each kill case ran under both, one right after the other).
+    # How much the figures owe to which of this run's cases happened to be slow (not the machine's drift between
+    # runs): the cases resampled within each scenario, as exec/zygote pairs for the ratio (each kill case ran under
+    # both, one right after the other).
     pairs = list(zip(e["walls"], z["walls"]))
-    low, high = interval(pairs, lambda ps: sum(a for a, _ in ps) / sum(b for _, b in ps))
+    low, high = interval(by_scenario(pairs, z["scenarios"]), lambda ps: sum(a for a, _ in ps) / sum(b for _, b in ps))
     own = [o - s for o, s in zip(z["overhead"], z["sweeps"])]
-    o_low, o_high = interval(own, mean)
-    print(f"95 % intervals over this run's {len(pairs)} case pairs (bootstrap): ratio {low:.1f}–{high:.1f}×, "
-          f"zygote overhead without the sweeps {o_low:.1f}–{o_high:.1f} ms")
+    o_low, o_high = interval(by_scenario(own, z["scenarios"]), mean)
+    print(f"95 % bootstrap intervals, cases resampled within each scenario: ratio {low:.1f}–{high:.1f}× "
+          f"({len(pairs)} exec/zygote pairs), zygote overhead without the sweeps {o_low:.1f}–{o_high:.1f} ms")
     print(f"{'CPU per case, all processes (ms)':34}{e['cpu'] / e['cases'] * 1000:12.1f}"
           f"{z['cpu'] / z['cases'] * 1000:12.1f}")
     zygote = z["launcher"]

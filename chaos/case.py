@@ -498,12 +498,13 @@ def execute_case(scenario, schedule, *, work_dir: Path, target: Target, baseline
                            limits=limits, probes=probes, keep=keep, diagnose=diagnose, seen=seen)
     except BaseException:
         # The harness failed mid-case: its files stay for whoever looks, with what the model server saw.
-        if seen:
-            try:
-                write_log(case_dir / "requests.jsonl", seen)
-            except OSError:
-                pass
-        scratch.settle(case_dir, keep=True)
+        try:
+            if seen:
+                write_log(case_dir / "requests.jsonl", seen, append=False)
+        except OSError:
+            pass
+        finally:
+            scratch.settle(case_dir, keep=True)
         raise
 
 
@@ -575,8 +576,8 @@ def _execute_in(case_dir: Path, scenario, faults, cid: str, t0: float, *, target
                 if probe_results[-1].sha_before == probe_results[-1].sha_after:
                     break
     finally:
-        requests = srv.remove_case(key)
-        seen.extend(requests)
+        seen.extend(srv.remove_case(key))
+    requests = list(seen)
     clock.append(("probes", time.monotonic()))
 
     detail = run.detail
@@ -613,8 +614,7 @@ def _execute_in(case_dir: Path, scenario, faults, cid: str, t0: float, *, target
         result.case_dir = str(case_dir)
         (case_dir / "result.json").write_text(json.dumps(result.to_json(), indent=1, ensure_ascii=False))
         (case_dir / "caserun.json").write_text(json.dumps(run.to_json(), indent=1, ensure_ascii=False))
-        write_log(case_dir / "requests.jsonl", requests)
-        seen.clear()  # written: a failure from here on must not append them again
+        write_log(case_dir / "requests.jsonl", requests, append=False)
         if evidence is not None and evidence.final.reduction is not None:
             # The final SessionState (transcript, active context, operation) for a person reading the case.
             (case_dir / "final-state.json").write_text(json.dumps(evidence.final.reduction, indent=1,

@@ -286,9 +286,10 @@ class _Route:
             return self.counts[position]
 
 
-def write_log(path: str | Path, records: Sequence[RecordedRequest]) -> None:
-    """Append ``records`` to the request log at ``path``: one JSON line each (``RecordedRequest.to_json``)."""
-    with open(path, "a", encoding="utf-8") as log:
+def write_log(path: str | Path, records: Sequence[RecordedRequest], *, append: bool = True) -> None:
+    """Write ``records`` to the request log at ``path``, one JSON line each (``RecordedRequest.to_json``): appended,
+    or (``append=False``) as the whole log, replacing what the file held (writing it again writes the same)."""
+    with open(path, "a" if append else "w", encoding="utf-8") as log:
         log.write("".join(json.dumps(r.to_json(), ensure_ascii=False) + "\n" for r in records))
 
 

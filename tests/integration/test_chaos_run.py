@@ -18,6 +18,7 @@ from chaos import scratch
 from chaos.case import run_baseline, run_case
 from chaos.target import Target
 from chaos.cli import main
+from chaos.fakellm import write_log
 from chaos.faults import PHASES
 from chaos.oracle import INVARIANTS
 from chaos.scenario import load_scenario
@@ -236,9 +237,28 @@ def test_a_case_the_harness_fails_in_keeps_its_files(bash_deploy, tmp_path, monk
     assert [p for p in shm.rglob("*") if p.is_file() and p.suffix != ".lock" and scratch.TRASH not in p.parts] == []
 
 
+def test_a_kept_cases_request_log_is_whole_once_whatever_fails_after_it(bash_deploy, tmp_path, monkeypatch):
+    """The request log of a kept case is written whole, not appended: when the harness fails after writing it (here
+    the write itself reports a full disk), the failure path writes it again and it still holds each request once."""
+    writes = []
+
+    def full_after_writing(path, records, **kw):
+        write_log(path, records, **kw)
+        writes.append(path)
+        if len(writes) == 1:
+            raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(chaos.case, "write_log", full_after_writing)
+    with pytest.raises(OSError, match="No space left"):
+        run_case(bash_deploy, (), work_dir=tmp_path, keep="all")
+    [case] = tmp_path.iterdir()
+    logged = [json.loads(line) for line in (case / "requests.jsonl").read_text().splitlines()]
+    assert len(writes) == 2 and [r["seq"] for r in logged] == list(range(1, len(logged) + 1)) and len(logged) >= 2
+
+
 def test_cases_run_in_scratch_unless_every_case_is_kept(bash_deploy, tmp_path, monkeypatch):
-    """With scratch on, a case's session file is written under the scratch root (seen while it runs), and
-    `keep="all"` (nothing to gain: every case is copied) writes in the work directory itself."""
+    """With scratch on, a case's directory is under the scratch root while it runs (its real path when the case is
+    set up), and `keep="all"` (nothing to gain: every case is copied) works in the work directory itself."""
     shm = tmp_path / "shm"
     shm.mkdir()
     monkeypatch.setenv("KILLPOINT_SCRATCH", str(shm))
