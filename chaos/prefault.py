@@ -18,12 +18,18 @@ later spare copies it. The union only grows: a page some launch once wrote stays
 private writable memory). Anyone on the machine may send to that socket (its name is in ``/proc/net/unix``): at
 worst spares copy pages for nothing; what a launch computes is unchanged either way.
 
-Nothing here changes what a launch computes: populating copies each page's content as it is; only the private
-writable mappings the spare has (``/proc/self/maps``) are touched, whatever was learned; and every failure (a kernel
-without the advice: ``prepare`` finds out once and nothing is learned; a run no longer mapped; a lost datagram) only
-leaves the faults to the launch, as before. A launch handed to a spare still copying waits for it: that time counts
-in the launch's life (it would have been faults). A launch's report runs after its output is flushed and never
-raises (whatever fails, it exits with its own status).
+Nothing here changes what a launch computes: populating copies each page's content as it is; only private writable
+mappings are touched, whatever was learned: the zygote cuts the union down to its own private writable mappings
+(``copyable``, ``/proc/self/maps``) each time the union grows, and a spare, forked later, has those mappings — a
+fork copies its parent's, and after its preload the zygote's own loop maps and unmaps only private anonymous memory
+(its allocator's arenas; a finalizer of the preload's objects that its garbage collector runs could map more, which
+is not guarded against), so a run can at worst point at memory unmapped or mapped afresh since (the advice fails, or
+copies zeros as they are). Cut once in the zygote rather than in each spare: reading and cutting the maps cost a
+spare ~1.6 ms of its ~6 ms, and the bench's zygote cases/s went up ~9 % (README, session 12). Every failure (a
+kernel without the advice: ``prepare`` finds out once and nothing is learned; a run no longer mapped; a lost
+datagram) only leaves the faults to the launch, as before. A launch handed to a spare still copying waits for it:
+that time counts in the launch's life (it would have been faults). A launch's report runs after its output is
+flushed and never raises (whatever fails, it exits with its own status).
 
 Stdlib only: the zygote imports it before its preload.
 """
@@ -197,17 +203,23 @@ def prepare() -> bool:
     return bool(_MADVISE)
 
 
+def copyable(runs: Sequence[tuple[int, int]]) -> Runs:
+    """The parts of ``runs`` inside this process's private writable mappings: what it — or a child it forks now,
+    which has the same mappings — may copy with ``populate``."""
+    return intersect(runs, writable_spans(_maps())) if runs else []
+
+
 def populate(runs: Sequence[tuple[int, int]]) -> int:
-    """Copy now the pages of ``runs`` that lie in this process's private writable mappings; the pages asked for
-    (0 when populating is not possible here). What each page holds does not change."""
+    """Copy now the pages of ``runs``, which lie in private writable mappings (``copyable``'s result, here or in
+    the parent this process was forked from); the pages asked for (0 when populating is not possible here). What
+    each page holds does not change."""
     if not runs or not prepare():
         return 0
-    targets = intersect(runs, writable_spans(_maps()))
-    for first, count in targets:
+    for first, count in runs:
         # A failure is ignored (EINVAL: a kernel before 5.14, or a VM_IO mapping; EFAULT/ENOMEM: a page that would
         # fault with SIGBUS, a run unmapped meanwhile): those pages are left to fault in the launch, as without this.
         _MADVISE(first * PAGE, count * PAGE, MADV_POPULATE_WRITE)
-    return pages(targets)
+    return pages(runs)
 
 
 class Learner:
@@ -215,7 +227,8 @@ class Learner:
     reported. ``learns(n)`` says whether the n-th launch (1-based) should report."""
 
     def __init__(self) -> None:
-        self.runs: Runs = []
+        self.runs: Runs = []  # the union of every report
+        self.copy: Runs = []  # its parts in the zygote's private writable mappings: what a spare copies
         self.reports = 0
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self.sock.setblocking(False)
@@ -228,16 +241,19 @@ class Learner:
         return n <= FIRST_LEARNERS or n & (n - 1) == 0
 
     def receive(self) -> None:
-        """Add every report waiting on the socket to the union."""
+        """Add every report waiting on the socket to the union (and cut it down again when it grew)."""
+        before = self.runs
         while True:
             try:
                 data = self.sock.recv(1 << 20)
             except (BlockingIOError, InterruptedError):
-                return
+                break
             runs = decode(data)
             if runs:
                 self.runs = union(self.runs, runs)
                 self.reports += 1
+        if self.runs != before:
+            self.copy = copyable(self.runs)
 
     def close(self) -> None:
         self.sock.close()

@@ -7,6 +7,7 @@ import ctypes
 import json
 import mmap
 import os
+import socket
 import sys
 
 import pytest
@@ -76,18 +77,57 @@ def test_a_forked_child_finds_the_pages_it_wrote_and_not_the_ones_it_only_shares
 
 def test_populate_makes_the_pages_the_childs_own_and_changes_no_byte(region):
     """After populate, the asked pages are exclusively this process's (no fault left to take on a write) and hold
-    what they held; other pages stay shared; runs outside any writable mapping are left alone."""
+    what they held; other pages stay shared."""
     buf, first = region
 
     def child():
         before = bytes(buf)
-        asked = prefault.populate([(first + 10, 10), (1, 1)])  # page 1: never a mapping of a Linux process
+        asked = prefault.populate([(first + 10, 10)])
         return {"asked": asked, "own": own_pages(first, PAGES), "same": bytes(buf) == before}
 
     seen = in_child(child)
     assert seen["same"] and seen["asked"] == 10
     assert seen["own"][10:20] == [True] * 10
     assert not any(seen["own"][30:40])
+
+
+def test_what_a_parent_cuts_to_its_writable_mappings_a_child_forked_later_copies(region):
+    """``copyable`` keeps the parts of the runs in private writable mappings (page 1 is never mapped; a mapping made
+    read-only is left out), and a child forked afterwards populates exactly those pages."""
+    buf, first = region
+    other = mmap.mmap(-1, 4 * PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    view = ctypes.c_char.from_buffer(other)
+    ro_first = ctypes.addressof(view) // PAGE
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.mprotect(ctypes.c_void_p(ro_first * PAGE), ctypes.c_size_t(4 * PAGE), mmap.PROT_READ) == 0
+    try:
+        cut = prefault.copyable([(1, 1), (first + 10, 10), (ro_first, 4)])
+        assert cut == [(first + 10, 10)]
+
+        seen = in_child(lambda: {"asked": prefault.populate(cut), "own": own_pages(first, PAGES)})
+        assert seen["asked"] == 10 and seen["own"][10:20] == [True] * 10 and not any(seen["own"][:10])
+    finally:
+        libc.mprotect(ctypes.c_void_p(ro_first * PAGE), ctypes.c_size_t(4 * PAGE), mmap.PROT_READ | mmap.PROT_WRITE)
+        del view
+        other.close()
+
+
+def test_a_learner_cuts_what_it_learned_to_the_zygotes_writable_mappings(region):
+    """A report with a run in a writable mapping and one nowhere: the union keeps both, what spares copy only the
+    first; a report adding nothing new leaves the cut as it was."""
+    _, first = region
+    learner = prefault.Learner()
+    try:
+        sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sender.sendto(prefault.encode([(1, 2), (first, 8)]), learner.address)
+        assert until(lambda: (learner.receive(), learner.reports)[1] == 1)
+        assert learner.runs == [(1, 2), (first, 8)] and learner.copy == [(first, 8)]
+        sender.sendto(prefault.encode([(first, 4)]), learner.address)
+        assert until(lambda: (learner.receive(), learner.reports)[1] == 2)
+        assert learner.copy == [(first, 8)]
+        sender.close()
+    finally:
+        learner.close()
 
 
 def warm_up(launcher, tmp_path, launches: int = 5) -> None:
