@@ -576,7 +576,7 @@ def serve(fd: int, preload: Sequence[str], copy_ahead: bool = False) -> int:
         mine.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _HANDOFF_SNDBUF)
         learn = learns()
         # A learner copies nothing: its report must tell the pages it wrote from the ones copied for it.
-        copy = learner.copy if learner is not None and learn is None else []
+        copy = learner.runs if learner is not None and learn is None else []
         try:
             pid, _ = _fork(handlers, blocked)
         except OSError:

@@ -4,10 +4,10 @@ with its content unchanged, and a zygote's spares copy what its launches reporte
 from __future__ import annotations
 
 import ctypes
+import errno
 import json
 import mmap
 import os
-import socket
 import sys
 
 import pytest
@@ -77,12 +77,12 @@ def test_a_forked_child_finds_the_pages_it_wrote_and_not_the_ones_it_only_shares
 
 def test_populate_makes_the_pages_the_childs_own_and_changes_no_byte(region):
     """After populate, the asked pages are exclusively this process's (no fault left to take on a write) and hold
-    what they held; other pages stay shared."""
+    what they held; other pages stay shared; runs outside any writable mapping are left alone."""
     buf, first = region
 
     def child():
         before = bytes(buf)
-        asked = prefault.populate([(first + 10, 10)])
+        asked = prefault.populate([(first + 10, 10), (1, 1)])  # page 1: never a mapping of a Linux process
         return {"asked": asked, "own": own_pages(first, PAGES), "same": bytes(buf) == before}
 
     seen = in_child(child)
@@ -91,43 +91,66 @@ def test_populate_makes_the_pages_the_childs_own_and_changes_no_byte(region):
     assert not any(seen["own"][30:40])
 
 
-def test_what_a_parent_cuts_to_its_writable_mappings_a_child_forked_later_copies(region):
-    """``copyable`` keeps the parts of the runs in private writable mappings (page 1 is never mapped; a mapping made
-    read-only is left out), and a child forked afterwards populates exactly those pages."""
-    buf, first = region
-    other = mmap.mmap(-1, 4 * PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    view = ctypes.c_char.from_buffer(other)
-    ro_first = ctypes.addressof(view) // PAGE
-    libc = ctypes.CDLL(None, use_errno=True)
-    assert libc.mprotect(ctypes.c_void_p(ro_first * PAGE), ctypes.c_size_t(4 * PAGE), mmap.PROT_READ) == 0
+def _address(buf) -> int:
+    view = ctypes.c_char.from_buffer(buf)
     try:
-        cut = prefault.copyable([(1, 1), (first + 10, 10), (ro_first, 4)])
-        assert cut == [(first + 10, 10)]
-
-        seen = in_child(lambda: {"asked": prefault.populate(cut), "own": own_pages(first, PAGES)})
-        assert seen["asked"] == 10 and seen["own"][10:20] == [True] * 10 and not any(seen["own"][:10])
+        return ctypes.addressof(view) // PAGE
     finally:
-        libc.mprotect(ctypes.c_void_p(ro_first * PAGE), ctypes.c_size_t(4 * PAGE), mmap.PROT_READ | mmap.PROT_WRITE)
         del view
-        other.close()
 
 
-def test_a_learner_cuts_what_it_learned_to_the_zygotes_writable_mappings(region):
-    """A report with a run in a writable mapping and one nowhere: the union keeps both, what spares copy only the
-    first; a report adding nothing new leaves the cut as it was."""
-    _, first = region
-    learner = prefault.Learner()
+@pytest.fixture
+def mappings(tmp_path):
+    """Page numbers of: a private writable mapping (8 pages), a shared one of a sparse file (8), a private one made
+    read-only (4), and a private one of 4 pages right after a private one of 4 (two mappings, one run across both)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    private = mmap.mmap(-1, 8 * PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    sparse = tmp_path / "sparse"
+    sparse.write_bytes(b"")
+    os.truncate(sparse, 8 * PAGE)
+    with open(sparse, "r+b") as f:
+        shared = mmap.mmap(f.fileno(), 8 * PAGE, flags=mmap.MAP_SHARED)
+    readonly = mmap.mmap(-1, 4 * PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    pair = mmap.mmap(-1, 8 * PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    pages = {"private": _address(private), "shared": _address(shared), "readonly": _address(readonly),
+             "pair": _address(pair), "sparse": sparse}
+    assert libc.mprotect(ctypes.c_void_p(pages["readonly"] * PAGE), ctypes.c_size_t(4 * PAGE), mmap.PROT_READ) == 0
+    # The second half of ``pair`` shared-file-backed would be one more kind; a different protection is enough to make
+    # the kernel keep two mappings where one was.
+    assert libc.mprotect(ctypes.c_void_p((pages["pair"] + 4) * PAGE), ctypes.c_size_t(4 * PAGE),
+                         mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC) == 0
+    yield pages
+    for m in (private, shared, readonly, pair):
+        m.close()
+
+
+def test_the_queried_mappings_are_the_ones_the_maps_text_names(mappings):
+    """PROCMAP_QUERY finds, for runs over private, shared, read-only, unmapped and adjacent mappings, the same
+    private writable spans as the whole /proc/self/maps text: the pages populate may copy are the same either way."""
+    p = mappings
+    runs = sorted([(1, 1), (p["private"] + 2, 3), (p["shared"], 8), (p["readonly"] + 1, 2), (p["pair"] + 2, 4)])
     try:
-        sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        sender.sendto(prefault.encode([(1, 2), (first, 8)]), learner.address)
-        assert until(lambda: (learner.receive(), learner.reports)[1] == 1)
-        assert learner.runs == [(1, 2), (first, 8)] and learner.copy == [(first, 8)]
-        sender.sendto(prefault.encode([(first, 4)]), learner.address)
-        assert until(lambda: (learner.receive(), learner.reports)[1] == 2)
-        assert learner.copy == [(first, 8)]
-        sender.close()
-    finally:
-        learner.close()
+        queried = prefault.queried_spans(runs)
+    except OSError as exc:
+        pytest.skip(f"no PROCMAP_QUERY on this kernel ({os.uname().release}): {exc}")
+    from_text = prefault.writable_spans(prefault._maps())
+    assert prefault.intersect(runs, queried) == prefault.intersect(runs, from_text)
+    assert prefault.intersect(runs, queried) == sorted([(p["private"] + 2, 3), (p["pair"] + 2, 2), (p["pair"] + 4, 2)])
+
+
+@pytest.mark.parametrize("query", [True, False], ids=["PROCMAP_QUERY", "maps text"])
+def test_populate_never_writes_into_a_shared_read_only_or_missing_mapping(mappings, monkeypatch, query):
+    """A run over a shared mapping of a sparse file, a read-only one and an unmapped page: populate copies none of
+    them (the file gets no block), and copies the private pages asked, whichever way it finds its mappings."""
+    p = mappings
+    if not query:  # as on a kernel before 6.11
+        def no_query(*args):
+            raise OSError(errno.ENOTTY, "Inappropriate ioctl for device")
+        monkeypatch.setattr(prefault.fcntl, "ioctl", no_query)
+    runs = [(1, 1), (p["private"], 8), (p["shared"], 8), (p["readonly"], 4)]
+    seen = in_child(lambda: {"asked": prefault.populate(runs), "own": own_pages(p["private"], 8)})
+    assert seen["asked"] == 8 and seen["own"] == [True] * 8
+    assert os.stat(p["sparse"]).st_blocks == 0
 
 
 def warm_up(launcher, tmp_path, launches: int = 5) -> None:

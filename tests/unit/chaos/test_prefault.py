@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import struct
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from chaos import prefault
 from chaos.prefault import PAGE
 
@@ -51,6 +54,32 @@ def test_intersect_keeps_only_the_parts_inside_the_spans():
     assert prefault.intersect(runs, spans) == [(2, 2), (6, 2), (10, 2), (20, 1)]
     assert prefault.intersect(runs, []) == []
     assert prefault.pages(prefault.intersect(runs, [(0, 100)])) == prefault.pages(runs) == 17
+
+
+def _runs(draw_pairs) -> list[tuple[int, int]]:
+    """Sorted disjoint (first, count) runs from (gap, length) pairs."""
+    out, at = [], 0
+    for gap, length in draw_pairs:
+        at += gap
+        out.append((at, length))
+        at += length
+    return out
+
+
+def _pages(runs) -> set[int]:
+    return {p for first, count in runs for p in range(first, first + count)}
+
+
+@given(st.lists(st.tuples(st.integers(0, 6), st.integers(1, 6)), max_size=25),
+       st.lists(st.tuples(st.integers(0, 12), st.integers(1, 20)), max_size=6))
+def test_intersect_is_the_pages_in_both_as_sorted_disjoint_runs(runs, spans):
+    """Whatever the runs and spans, the result covers exactly the pages in both, as sorted, disjoint runs."""
+    runs = _runs(runs)
+    spans = [(first, first + count) for first, count in _runs(spans)]
+    cut = prefault.intersect(runs, spans)
+    assert _pages(cut) == _pages(runs) & _pages([(a, b - a) for a, b in spans])
+    assert all(count > 0 for _, count in cut)
+    assert all(a + n <= b for (a, n), (b, _) in zip(cut, cut[1:]))
 
 
 def test_a_report_round_trips_and_a_malformed_one_is_nothing():
