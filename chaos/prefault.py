@@ -38,7 +38,6 @@ from __future__ import annotations
 import _socket  # not socket.socket: a launch's program may have patched it (gevent), and the report runs in it
 import array
 import bisect
-import errno
 import fcntl
 import mmap
 import os
@@ -48,6 +47,7 @@ import struct
 from collections.abc import Iterable, Sequence
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
+TOP = (1 << 64) // PAGE  # no page lies above a 64-bit address space (and a report is anyone's datagram)
 MADV_POPULATE_WRITE = 23  # <linux/mman.h>, Linux >= 5.14
 _PRESENT_EXCLUSIVE = 0x81  # bits 63 and 56 of a pagemap entry, as bits 7 and 0 of its last (little-endian) byte
 _FLAGS = bytes(1 if b & _PRESENT_EXCLUSIVE == _PRESENT_EXCLUSIVE else 0 for b in range(256))
@@ -127,12 +127,14 @@ def encode(runs: Sequence[tuple[int, int]]) -> bytes:
 
 
 def decode(data: bytes) -> Runs:
-    """The runs of one report; [] for anything that is not a whole number of runs."""
+    """The runs of one report; [] for anything that is not a whole number of runs. A run reaching past the top of
+    the address space is dropped: no launch wrote there, and no address could be asked about it."""
     if len(data) % 16:
         return []
     values = array.array("Q")
     values.frombytes(data)
-    return [(values[i], values[i + 1]) for i in range(0, len(values), 2) if values[i + 1]]
+    return [(values[i], values[i + 1]) for i in range(0, len(values), 2)
+            if values[i + 1] and values[i] + values[i + 1] <= TOP]
 
 
 # ---- I/O: this process's pages, one report, one populate ------------------------------------------------------
@@ -149,24 +151,25 @@ def _maps() -> bytes:
 
 # struct procmap_query (<linux/fs.h>, Linux 6.11): size, query flags and address in; the mapping's start, end and
 # flags (then page size, offset, inode, device, name and build-id fields this module leaves empty) out.
-_QUERY = struct.Struct("<9Q4I2Q")
+_QUERY = struct.Struct("=9Q4I2Q")  # native order, no padding: 104 bytes
 _PROCMAP_QUERY = 3 << 30 | _QUERY.size << 16 | ord("f") << 8 | 17  # _IOWR('f', 17, struct procmap_query)
 _COVERING_OR_NEXT = 0x10  # the mapping holding the address, else the next one above it
 _READ, _WRITE, _SHARED = 0x1, 0x2, 0x8  # the mapping's flags, as in the query flags
-_NO_QUERY = {errno.ENOTTY, errno.EINVAL, errno.EOPNOTSUPP}  # a kernel before 6.11 (or a /proc without the ioctl)
 
 
 def queried_spans(runs: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
-    """(first page, end page) of this process's private writable mappings that ``runs`` (sorted) fall in, one
-    ``PROCMAP_QUERY`` per mapping met; raises OSError (``errno`` in ``_NO_QUERY``) where the kernel lacks it."""
+    """(first page, end page) of this process's private writable mappings that ``runs`` (sorted, disjoint) fall in,
+    one ``PROCMAP_QUERY`` per readable and writable mapping met; raises OSError where the kernel lacks it (ENOTTY
+    before Linux 6.11)."""
     spans: list[tuple[int, int]] = []
     buf = bytearray(_QUERY.size)
     fd = os.open("/proc/self/maps", os.O_RDONLY | os.O_CLOEXEC)
     ends = [first + count for first, count in runs]
     try:
         i, at = 0, runs[0][0] if runs else 0
-        while i < len(runs):
-            _QUERY.pack_into(buf, 0, _QUERY.size, _COVERING_OR_NEXT, at * PAGE, *([0] * 12))
+        while i < len(runs) and at < TOP:
+            # The kernel skips the mappings that are not readable and writable; shared ones are told apart below.
+            _QUERY.pack_into(buf, 0, _QUERY.size, _COVERING_OR_NEXT | _READ | _WRITE, at * PAGE, *([0] * 12))
             try:
                 fcntl.ioctl(fd, _PROCMAP_QUERY, buf, True)
             except FileNotFoundError:  # ENOENT: no mapping at or above ``at``
@@ -253,12 +256,12 @@ def populate(runs: Sequence[tuple[int, int]]) -> int:
     (0 when populating is not possible here). What each page holds does not change."""
     if not runs or not prepare():
         return 0
-    runs = sorted(runs)
+    # Sorted and disjoint (0.14 ms for ~500 runs): the cut slices the runs between two that meet a mapping as
+    # wholly inside it, which overlapping runs would not be (a page past the mapping's end could be populated).
+    runs = union(runs, ())
     try:
         spans = queried_spans(runs)
-    except OSError as exc:
-        if exc.errno not in _NO_QUERY:
-            raise
+    except OSError:  # ENOTTY: a kernel before 6.11; whatever else, the whole text is the safe way
         spans = writable_spans(_maps())
     targets = intersect(runs, spans)
     for first, count in targets:

@@ -83,11 +83,15 @@ def test_intersect_is_the_pages_in_both_as_sorted_disjoint_runs(runs, spans):
 
 
 def test_a_report_round_trips_and_a_malformed_one_is_nothing():
-    """encode/decode are inverses; a datagram that is not whole runs decodes to no runs."""
+    """encode/decode are inverses; a datagram that is not whole runs decodes to no runs, a run past the top of
+    the address space to nothing."""
     runs = [(1, 2), (1 << 40, 7)]
     assert prefault.decode(prefault.encode(runs)) == runs
     assert prefault.decode(prefault.encode(runs)[:-1]) == []
     assert prefault.decode(b"") == []
+    # a run past the top of the address space (anyone may send a datagram) is dropped, the others kept
+    assert prefault.decode(prefault.encode([(1, 2), (prefault.TOP - 1, 2), (prefault.TOP - 1, 1)])) == [
+        (1, 2), (prefault.TOP - 1, 1)]
 
 
 def test_the_first_launches_then_every_power_of_two_learn():
