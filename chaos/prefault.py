@@ -25,10 +25,11 @@ once and nothing is learned; a run no longer mapped; a lost datagram) only leave
 before. The spare finds its mappings itself, after its fork (the zygote's maps can change from one fork to the next:
 a preload's at-fork handlers run in it, and its allocator reuses addresses): one ``PROCMAP_QUERY`` ioctl per mapping
 the runs fall in (Linux 6.11; ~16 of them), not the whole ``/proc/self/maps`` text, whose reading and cutting cost
-each spare ~1.6 ms of CPU (0.53 ms to read 192 lines, 0.34 to parse them, 0.73 to cut ~510 runs), now ~0.7 ms (0.55
-to query, most of it the first run of cold code in a fresh fork, 0.18 to cut); before 6.11, that text. A launch
-handed to a spare still copying waits for it: that time counts in the launch's life (it would have been faults). A
-launch's report runs after its output is flushed and never raises (whatever fails, it exits with its own status).
+each spare ~1.6 ms of CPU (0.53 ms to read 192 lines, 0.34 to parse them, 0.73 to cut ~510 runs), now ~0.9 ms (0.55
+to query, most of it the first run of cold code in a fresh fork, 0.14 to make the runs disjoint, 0.18 to cut);
+before 6.11, that text. A launch handed to a spare still copying waits for it: that time counts in the launch's life
+(it would have been faults). A launch's report runs after its output is flushed and never raises (whatever fails, it
+exits with its own status).
 
 Stdlib only: the zygote imports it before its preload.
 """
