@@ -99,6 +99,7 @@ def queryable() -> bool:
 
 
 def _address(buf) -> int:
+    """The first page number of an mmap object (its view released at once, so the mapping can close)."""
     view = ctypes.c_char.from_buffer(buf)
     try:
         return ctypes.addressof(view) // PAGE
