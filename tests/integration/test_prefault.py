@@ -30,13 +30,22 @@ def own_pages(first: int, count: int) -> list[bool]:
     return [int.from_bytes(data[i:i + 8], "little") >> 56 & 0x81 == 0x81 for i in range(0, len(data), 8)]
 
 
+def _address(buf) -> int:
+    """The first page number of an mmap object (its view released at once, so the mapping can close)."""
+    view = ctypes.c_char.from_buffer(buf)
+    try:
+        return ctypes.addressof(view) // PAGE
+    finally:
+        del view
+
+
 @pytest.fixture
 def region():
     """A private anonymous mapping of PAGES pages, every page written (present, then shared with forked children)."""
     buf = mmap.mmap(-1, PAGES * PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     for i in range(PAGES):
         buf[i * PAGE] = i + 1
-    first = ctypes.addressof(ctypes.c_char.from_buffer(buf)) // PAGE
+    first = _address(buf)
     yield buf, first
     buf.close()
 
@@ -96,15 +105,6 @@ def queryable() -> bool:
     """Whether this kernel has PROCMAP_QUERY (Linux 6.11)."""
     major, minor = (int(x) for x in re.match(r"(\d+)\.(\d+)", os.uname().release).groups())
     return (major, minor) >= (6, 11)
-
-
-def _address(buf) -> int:
-    """The first page number of an mmap object (its view released at once, so the mapping can close)."""
-    view = ctypes.c_char.from_buffer(buf)
-    try:
-        return ctypes.addressof(view) // PAGE
-    finally:
-        del view
 
 
 @pytest.fixture
