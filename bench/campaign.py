@@ -121,11 +121,10 @@ def agent_time(run) -> float:
     return sum(stop - start for start, stop in lives(run))
 
 
-def _record(acc: dict, result, case_run, wall: float, began: float) -> None:
-    """Add one kill case's figures to a launcher's accumulator (``began``: when the case started)."""
-    acc["cases"] += 1
-    acc["wall"] += wall
+def _record(acc: dict, scenario: str, result, case_run, wall: float, began: float) -> None:
+    """Add one kill case of ``scenario`` to a launcher's accumulator (``began``: when the case started)."""
     acc["walls"].append(wall)  # in the order of the cases, the same under every launcher: pairs by index
+    acc["scenarios"].append(scenario)
     for p in PHASES:
         acc["phases"][p].append(result.timings.get(p, 0.0) * 1000)
     for kind, values in gaps(case_run).items():
@@ -152,9 +151,7 @@ def measure(targets: dict[str, Target], names, repeat: int) -> dict[str, dict]:
 
     launchers = {name: shared_launcher(target) for name, target in targets.items()}  # started before the clock,
     # as a campaign worker starts its own once
-    acc = {launcher: {"cases": 0, "wall": 0.0, "walls": [], "scenarios": [], "cpu": 0.0,
-                      "phases": {p: [] for p in PHASES},
-                      "barrier": {},
+    acc = {launcher: {"walls": [], "scenarios": [], "cpu": 0.0, "phases": {p: [] for p in PHASES}, "barrier": {},
                       "overhead": [], "sweeps": [], "hidden": [], "agents": [], "failures": []}
            for launcher in targets}
     with tempfile.TemporaryDirectory(prefix="killpoint-bench-") as tmp:
@@ -185,12 +182,12 @@ def measure(targets: dict[str, Target], names, repeat: int) -> dict[str, dict]:
                                                            target=targets[launcher], baseline=facts[launcher],
                                                            server=None, limits=None, probes=2, keep="none",
                                                            name=None)
-                        _record(acc[launcher], result, case_run, time.monotonic() - t, t)
-                        acc[launcher]["scenarios"].append(name)
+                        _record(acc[launcher], name, result, case_run, time.monotonic() - t, t)
                         acc[launcher]["cpu"] += cpu_seconds(launchers.values()) - cpu
                         if not result.ok:
                             acc[launcher]["failures"].append(f"{name}::{schedule}: {result.status}")
     for name, figures in acc.items():
+        figures["cases"], figures["wall"] = len(figures["walls"]), sum(figures["walls"])
         figures["rate"] = figures["cases"] / figures["wall"] if figures["wall"] else 0.0
         figures["launcher"] = launchers[name]
     return acc
