@@ -30,9 +30,12 @@ def _inherited() -> tuple:
             leftovers)
 
 
-def test_the_rehearsal_leaves_nothing_a_forked_launch_would_inherit():
+def test_the_rehearsal_leaves_nothing_a_forked_launch_would_inherit(monkeypatch, tmp_path):
     """Threads, descriptors, environment, cwd, signal handlers, streams, tempfile's cached choice, files: as before."""
-    tempfile.tempdir = None  # as in a fresh zygote: the rehearsal must not leave its choice behind
+    # A temporary directory of this test's own: other pytest workers rehearse at the same time, and their
+    # agent-warm-* directories in the shared /tmp come and go between the two looks.
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # as in a fresh zygote: the rehearsal must not leave its choice
     before = _inherited()
     warm.rehearse()
     assert _inherited() == before
