@@ -14,3 +14,13 @@ def until(predicate, seconds: float = 10.0) -> bool:
             return True
         time.sleep(0.01)
     return False
+
+
+def gone(pid: int) -> bool:
+    """True when ``pid`` no longer runs: absent, or a zombie not reaped yet (one read: a process reaped between two
+    psutil calls would make the second raise)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return handle.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return True

@@ -29,6 +29,22 @@ def _mine(marker: str) -> list[psutil.Process]:
     return found
 
 
+def _named(p: psutil.Process, name: str) -> bool:
+    """``p`` runs under ``name``; False once it has ended (it may, between the listing and this look)."""
+    try:
+        return p.name() == name
+    except psutil.Error:
+        return False
+
+
+def _live(p: psutil.Process) -> bool:
+    """``p`` still runs (a zombie has ended: only its reaping is left)."""
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 def _kill_while_sleeping(args: list[str], tmp_path: Path, never: str) -> None:
     """Run `chaos campaign ARGS` in ``tmp_path``, SIGKILL it once a `sleep` runs somewhere below it, and assert that
     after 2 s nothing it started is alive and nothing new started."""
@@ -40,7 +56,7 @@ def _kill_while_sleeping(args: list[str], tmp_path: Path, never: str) -> None:
         tree: list[psutil.Process] = []
         while time.monotonic() < deadline:
             tree = psutil.Process(campaign.pid).children(recursive=True)
-            if any(p.name() == "sleep" for p in tree if p.is_running()):
+            if any(_named(p, "sleep") for p in tree):
                 break
             time.sleep(0.05)
         else:
@@ -48,7 +64,7 @@ def _kill_while_sleeping(args: list[str], tmp_path: Path, never: str) -> None:
         campaign.send_signal(signal.SIGKILL)
         campaign.wait()
         gone, alive = psutil.wait_procs(tree, timeout=2)
-        alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        alive = [p for p in alive if _live(p)]
         assert not alive, [(p.pid, p.name(), p.cmdline()) for p in alive]
         time.sleep(0.5)
         assert not _mine(str(tmp_path))  # nothing new started after the kill either

@@ -9,7 +9,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import psutil
 import pytest
 from click.testing import CliRunner
 
@@ -23,6 +22,7 @@ from chaos.faults import PHASES
 from chaos.oracle import INVARIANTS
 from chaos.scenario import load_scenario
 from chaos.supervisor import Limits
+from tests.integration import gone
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 
@@ -79,7 +79,7 @@ def test_a_hung_agent_is_reported_hang_and_leaves_no_process(bash_deploy, tmp_pa
     assert "silent for 1s" in result.detail
     assert result.duration < 20  # cut by the silence limit, not by the script's 300 s sleep
     for pid in map(int, pids.read_text().split()):
-        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        assert gone(pid)
     assert result.case_dir is not None and (Path(result.case_dir) / "launches").is_dir()
 
 

@@ -238,8 +238,13 @@ class TestOneCampaignPerDirectory:
             while not (lock.exists() and lock.read_text() and (out / "c" / "campaign.json").exists()):
                 assert time.monotonic() < deadline and first.poll() is None, "the campaign never took its lock"
                 time.sleep(0.01)
-            second = subprocess.run([sys.executable, "-m", "chaos", "campaign", "--resume", str(out / "c")],
-                                    capture_output=True, text=True, cwd=REPO, timeout=120)
+            # Stopped while the resume asks: a loaded machine could otherwise let the first one finish first.
+            first.send_signal(signal.SIGSTOP)
+            try:
+                second = subprocess.run([sys.executable, "-m", "chaos", "campaign", "--resume", str(out / "c")],
+                                        capture_output=True, text=True, cwd=REPO, timeout=120)
+            finally:
+                first.send_signal(signal.SIGCONT)
             assert second.returncode == 2, second.stdout + second.stderr
             assert f"(pid {first.pid}, started " in second.stderr and second.stderr.count("\n") == 1
             _, err = first.communicate(timeout=300)

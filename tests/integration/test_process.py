@@ -140,10 +140,14 @@ def test_a_zygote_launch_is_created_at_its_fork_or_its_hand_off(tmp_path):
         launcher.close()
 
 
-def test_a_sweep_is_recorded_once_however_deep_its_calls():
+def test_a_sweep_is_recorded_once_however_deep_its_calls(monkeypatch):
     """kill_processes over session_members leaves one interval in SWEEPS (the outermost call), spanning the sweep."""
+    from collections import deque
+
     from chaos import process
 
+    # A fresh record: the module's keeps its last 4,096 sweeps, and earlier tests of this worker may have filled it.
+    monkeypatch.setattr(process, "SWEEPS", deque(maxlen=4096))
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True)
     try:
         before = len(process.SWEEPS)

@@ -11,7 +11,6 @@ import signal
 import sys
 from pathlib import Path
 
-import psutil
 import pytest
 
 from chaos import records
@@ -19,6 +18,7 @@ from chaos.process import session_members
 from chaos.records import CaseRun
 from chaos.supervisor import SESSION, AgentCommand, Limits, Step, Supervisor
 from tests.agents import CRASHING, FAKE, HUNG, RUDE, argv
+from tests.integration import gone
 
 PLAN = "user+runStarted,stepAttempt,assistant+usage,toolStarted,toolResult+usage,operationFinished"
 PLAN_TXS = [tx.split("+") for tx in PLAN.split(",")]
@@ -255,7 +255,7 @@ class TestWatchdog:
         assert run.verdict == records.HANG and "silent for 0.5s after barrier tx:1@before-write" in run.detail
         assert run.launches[0].killed_by == "watchdog"
         grandchild = int(pidfile.read_text())
-        assert not psutil.pid_exists(grandchild) or psutil.Process(grandchild).status() == psutil.STATUS_ZOMBIE
+        assert gone(grandchild)
         assert run.unreached == ["tx:3@after-sync"]
 
     def test_grandchild_that_left_the_session_is_killed_too(self, tmp_path):
@@ -265,7 +265,7 @@ class TestWatchdog:
         run = supervise(tmp_path, cmd, "", Limits(case_seconds=30, silence_seconds=0.5))
         grandchild = int(pidfile.read_text())
         assert run.verdict == records.HANG
-        assert not psutil.pid_exists(grandchild) or psutil.Process(grandchild).status() == psutil.STATUS_ZOMBIE
+        assert gone(grandchild)
 
     def test_agent_that_never_connects_is_a_hang(self, tmp_path):
         """Silence counts from the launch, so an agent that never says hello is a hang too."""
@@ -296,8 +296,7 @@ class TestWatchdog:
         run = supervise(tmp_path, fake(run_extra=("--leave-behind",)))
         assert run.verdict == "exit:0"
         assert [(s.name, s.launch, s.found) for s in run.stragglers] == [("sleep", 0, "after-exit")]
-        assert not psutil.pid_exists(run.stragglers[0].pid) or \
-            psutil.Process(run.stragglers[0].pid).status() == psutil.STATUS_ZOMBIE
+        assert gone(run.stragglers[0].pid)
 
 
 class TestProtocol:

@@ -212,8 +212,9 @@ class TestRunner:
             time.sleep(60)
         """)
         start = time.monotonic()
-        with pytest.raises(PlannerCommandError, match="timed out after 0.5 s") as info:
-            command(cmd, AGENT_PLANNER_TIMEOUT="0.5").plan("/x.jsonl", CURRENT)
+        # 3 s: long enough for the script to start its child and write its pid on a loaded machine.
+        with pytest.raises(PlannerCommandError, match="timed out after 3 s") as info:
+            command(cmd, AGENT_PLANNER_TIMEOUT="3").plan("/x.jsonl", CURRENT)
         assert time.monotonic() - start < 10
         assert info.value.details == ("planner-cmd stderr: thinking",)
         assert wait_gone(int(pid_file.read_text()))
