@@ -12,6 +12,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.integration import gone
+
 HERE = Path(__file__).resolve().parent
 SCENARIO = HERE / "campaign" / "slow-bash.toml"
 
@@ -37,14 +39,6 @@ def _named(p: psutil.Process, name: str) -> bool:
         return False
 
 
-def _live(p: psutil.Process) -> bool:
-    """``p`` still runs (a zombie has ended: only its reaping is left)."""
-    try:
-        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
 def _kill_while_sleeping(args: list[str], tmp_path: Path, never: str) -> None:
     """Run `chaos campaign ARGS` in ``tmp_path``, SIGKILL it once a `sleep` runs somewhere below it, and assert that
     after 2 s nothing it started is alive and nothing new started."""
@@ -63,8 +57,8 @@ def _kill_while_sleeping(args: list[str], tmp_path: Path, never: str) -> None:
             pytest.fail(never)
         campaign.send_signal(signal.SIGKILL)
         campaign.wait()
-        gone, alive = psutil.wait_procs(tree, timeout=2)
-        alive = [p for p in alive if _live(p)]
+        _, alive = psutil.wait_procs(tree, timeout=2)
+        alive = [p for p in alive if not gone(p.pid)]
         assert not alive, [(p.pid, p.name(), p.cmdline()) for p in alive]
         time.sleep(0.5)
         assert not _mine(str(tmp_path))  # nothing new started after the kill either

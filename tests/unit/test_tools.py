@@ -19,6 +19,7 @@ from agent.tools import (
     definition,
     validate_arguments,
 )
+from tests.integration import gone, until
 
 
 @pytest.fixture
@@ -39,21 +40,8 @@ def run(runner: ToolRunner, name: str, **arguments) -> ToolResult:
     return runner.run(name, arguments, call_id="call_1", started_id="018f0000-0000-7000-8000-000000000009")
 
 
-def process_gone(pid: int) -> bool:
-    """True when ``pid`` no longer runs (absent, or a zombie nobody reaped yet)."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
-
-
 def wait_gone(pid: int) -> bool:
-    for _ in range(200):
-        if process_gone(pid):
-            return True
-        time.sleep(0.01)
-    return False
+    return until(lambda: gone(pid), 2.0)
 
 
 class TestDefinitionsAndDeclarations:
