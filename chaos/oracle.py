@@ -1413,25 +1413,37 @@ def condition_context(ev: Evidence, view: LogView | None, crashed: int | None) -
     return context
 
 
-def _interrupt(ev: Evidence, state: State) -> tuple[Fired, _Op | None] | None:
-    """The SIGINT (``int``) that fired after the last crash, with the operation that was open when it fired."""
+def _interrupts(ev: Evidence, state: State) -> list[tuple[Fired, _Op]]:
+    """Every SIGINT (``int``) that fired after the last crash, with the operation that was open when it fired (one
+    whose operation is not known is left out: nothing to hold it to)."""
     after: list[Fired] = []
     for f in ev.fired:
         if f.action in _KILL_ACTIONS or f.action == "ioerror":
             after = []
         elif f.action == "int":
             after.append(f)
-    if not after:
-        return None
-    fired = after[0]
-    barrier = next((b for b in ev.barriers if b.index == fired.barrier), None)
-    if barrier is None:
-        return fired, None
-    for op_id in state.order:
-        op = state.ops[op_id]
-        if op.seq <= barrier.seq_last and (op.finish_seq is None or op.finish_seq > barrier.seq_last):
-            return fired, op
-    return fired, None
+    out = []
+    for fired in after:
+        barrier = next((b for b in ev.barriers if b.index == fired.barrier), None)
+        op = None if barrier is None else next(
+            (state.ops[o] for o in state.order if state.ops[o].seq <= barrier.seq_last
+             and (state.ops[o].finish_seq is None or state.ops[o].finish_seq > barrier.seq_last)), None)
+        if op is not None:
+            out.append((fired, op))
+    return out
+
+
+def _durable_aborts(view: LogView | None, state: State) -> list[_Op]:
+    """The operations whose ``abortRequested`` was durable in the log at the last crash — still open then, or
+    already ended aborted — as the final log has them. Once that record is durable an operation ends aborted,
+    whatever else is open (SPEC §14.4 P1, "abort wins over everything below"), and what a script says of its answer,
+    files and effects no longer applies: e.g. a SIGINT answered by ``abortRequested``, then a kill inside the abort
+    or after it (``int:…+tx:N@…``), where the SIGINT is no longer the last word (``_interrupts``)."""
+    if view is None or view.reduction is None:
+        return []
+    then = view.state()
+    return [state.ops[o] for o in then.order
+            if then.ops[o].abort and then.ops[o].outcome in (None, "aborted") and o in state.ops]
 
 
 def outcome(ev: Evidence) -> InvariantResult:
@@ -1448,21 +1460,29 @@ def outcome(ev: Evidence) -> InvariantResult:
     context = condition_context(ev, view, crashed)
     resolved = ev.expect.resolve(reduction, context) if ev.expect is not None else None
     actual = final_outcome(ev, state)
-    interrupt = _interrupt(ev, state)
-    if interrupt is not None and interrupt[1] is not None:
-        fired, op = interrupt
-        # SIGINT is a user's abort: the operation it hit must end aborted, whatever the script would have done.
-        checked.append(f"{fired.fault}: the interrupted {op.kind} operation ended aborted")
+    # Operations that must end aborted whatever the script would have done, each with what is checked and what a
+    # finding says: those a SIGINT hit after the last crash (a user's abort), and those whose abortRequested was
+    # durable at the crash (SPEC §14.4 P1) — unless the scenario's rule for that state was written for an abort (it
+    # names abort-requested) and stands; any other rule, like the defaults, describes a run nobody aborted.
+    owed: list[tuple[str, str, _Op]] = [
+        (f"{fired.fault}: the interrupted {op.kind} operation ended aborted",
+         f"SIGINT ({fired.fault}) hit {op.kind} operation {op.id}", op) for fired, op in _interrupts(ev, state)]
+    if resolved is None or "abort-requested" not in resolved.conditions:
+        owed += [(f"abortRequested durable at {decisive}: the {op.kind} operation ended aborted (P1)",
+                  f"abortRequested of {op.kind} operation {op.id} was durable at {decisive} (P1: abort wins)", op)
+                 for op in _durable_aborts(view, state) if all(op is not hit for _, _, hit in owed)]
+    for what, finding, op in owed:
+        checked.append(what)
         if op.outcome != "aborted" or not op.abort:
-            findings.append(Finding(f"SIGINT ({fired.fault}) hit {op.kind} operation {op.id}, which ended "
-                                    f"{op.outcome or 'unfinished'}{'' if op.abort else ' without abortRequested'}",
-                                    "final log", line=op.line))
-        if state.order and state.order[-1] == op.id:
-            resolved = None  # the scenario's expectations describe an uninterrupted run
-        elif resolved is not None:  # a later operation ended normally; the aborted run's files and effects are moot
-            runs = [o for o in state.order if state.ops[o].kind == "run"]
-            last_run = bool(runs) and runs[-1] == op.id  # then its answer is moot too
-            resolved = replace(resolved, files={}, effects={}, answer=None if last_run else resolved.answer)
+            findings.append(Finding(f"{finding}, which ended {op.outcome or 'unfinished'}"
+                                    f"{'' if op.abort else ' without abortRequested'}", "final log", line=op.line))
+    aborted = {op.id for _, _, op in owed}
+    if aborted and state.order and state.order[-1] in aborted:
+        resolved = None  # the scenario's expectations describe an uninterrupted run
+    elif aborted and resolved is not None:  # a later operation ended normally; the aborted runs' files and effects
+        runs = [o for o in state.order if state.ops[o].kind == "run"]  # are moot, and the answer if the last run's
+        resolved = replace(resolved, files={}, effects={}, answer=None if runs and runs[-1] in aborted
+                           else resolved.answer)
     if resolved is not None:
         rule = f"rule expect.when[{resolved.rule}] ({', '.join(resolved.conditions)})" if resolved.rule is not None \
             else "the default expectation"

@@ -753,6 +753,52 @@ def test_outcome_expects_the_interrupted_operation_to_end_aborted():
                "abortRequested" in f for f in found)
 
 
+def test_outcome_expects_an_abort_durable_at_the_crash_to_end_aborted():
+    """A kill after a SIGINT's abortRequested is durable: recovery must finish the run aborted (P1), not as scripted."""
+    log = aborted_log()
+    at_abort = log.data[: log.txs[2][3]]  # run, attempt, abortRequested: durable when the kill came
+    sigint = [oracle.Fired("int", "int:stepAttempt@after-sync#1", 0, barrier=5),
+              oracle.Fired("kill", "tx:4@before-write", 0, barrier=9)]
+    launches = [LaunchInfo(0, "step", None, killed=True, current=CURRENT), LaunchInfo(1, "resume", 0, current=CURRENT)]
+    writers = {log.txs[i][0]: (0 if i < 3 else 1) for i in range(len(log.txs))}
+    kw = dict(writers=writers, fired=sigint, requests=[], witness=[], launches=launches)
+    ev = evidence(log, kills=[Kill("tx:4@before-write", 0, at_abort, barrier=9)], **kw)
+    assert "outcome" not in failing(ev)
+    assert any("abortRequested durable at kill 1" in c for c in oracle.outcome(ev).checked)
+    # The kill after the abort had ended it: the run's aborted ending is durable, the script's 'completed' moot.
+    writers = {log.txs[i][0]: 0 for i in range(len(log.txs))}
+    ended = evidence(log, kills=[Kill("tx:6@after-sync", 0, log.data, barrier=12)], **{**kw, "writers": writers})
+    assert "outcome" not in failing(ended)
+    # Planted: the recovery ignores the durable abort and completes the run as scripted.
+    completed = Log()
+    completed.run()
+    completed.attempt()
+    completed.commit({"kind": "record", "id": completed.new_id(), "record": {
+        "type": "abortRequested", "operationId": completed.op, "operationKind": "run", "phase": "model",
+        "reason": "escape"}})
+    assert completed.data == at_abort
+    completed.answer("Done.")
+    completed.finish()
+    writers = {completed.txs[i][0]: (0 if i < 3 else 1) for i in range(len(completed.txs))}
+    ignored = evidence(completed, kills=[Kill("tx:4@before-write", 0, at_abort, barrier=9)],
+                       **{**kw, "writers": writers})
+    assert any("abortRequested of run operation" in f and "was durable at kill 1" in f and "which ended completed" in f
+               for f in failing(ignored)["outcome"])
+
+
+def test_outcome_forgets_a_sigint_whose_abort_a_kill_cut_short():
+    """A kill before the SIGINT's abortRequested was durable leaves nothing to abort: the script's outcome applies."""
+    log = good_log()
+    sigint = [oracle.Fired("int", "int:stepAttempt@after-sync#1", 0, barrier=5),
+              oracle.Fired("kill", "tx:3@before-write", 0, barrier=7)]
+    launches = [LaunchInfo(0, "step", None, killed=True, current=CURRENT), LaunchInfo(1, "resume", 0, current=CURRENT)]
+    writers = {log.txs[i][0]: (0 if i < 2 else 1) for i in range(len(log.txs))}
+    ev = evidence(log, writers=writers, fired=sigint, launches=launches,
+                  kills=[Kill("tx:3@before-write", 0, log.data[: log.txs[1][3]], barrier=7)])
+    result = oracle.outcome(ev)
+    assert result.ok and not any("abortRequested durable" in c for c in result.checked)
+
+
 def test_outcome_keys_expectations_by_the_log_an_io_error_left():
     """A failed fsync crashes the agent like a kill: the rule for a pending bash call applies (0 effects allowed)."""
     log = Log()
