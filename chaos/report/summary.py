@@ -144,7 +144,10 @@ def deduplicate(failed: list[CaseReport]) -> list[dict[str, Any]]:
     as the example (the best reproduction). The one grouping of the project: the campaign's result, ``summary.json``
     and the HTML report all show these groups."""
     groups: dict[tuple[str, str, str], dict[str, Any]] = {}
-    for case in failed:
+    # By case id, not in the order the cases happened to finish (workers race): the same failures give the same
+    # groups, examples and messages in every run of a campaign (the example: the shortest minimal schedule, then
+    # the first id).
+    for case in sorted(failed, key=lambda c: c.id):
         for key in dict.fromkeys(dedup_keys(case)):
             diverged = key[0] == "divergence"
             g = groups.setdefault(key, {

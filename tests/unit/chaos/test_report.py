@@ -158,6 +158,18 @@ class TestSummary:
         assert [(g["invariant"], g["action"], g["fact"], g["count"]) for g in groups] == [
             ("converges", "kill", "assistant", 2), ("converges", "torn", "toolStarted", 1)]
 
+    def test_a_group_is_the_same_whatever_order_its_cases_finished_in(self):
+        """Workers finish in any order: a group's example, message and case list come out the same either way."""
+        a = failing_case(id="s::assistant@after-sync#2", minimal=["assistant@after-sync#2"],
+                         failures=[InvariantFailure("converges", "a", [])])
+        b = failing_case(id="s::operationFinished@before-write#1", minimal=["operationFinished@before-write#1"],
+                         failures=[InvariantFailure("converges", "b", [])])
+        for c in (a, b):
+            c.divergence = {"reference_rule": "P5.2", "signature": "reference P5.2 finish completed; startTool"}
+        first, second = (summarize(campaign(order))["failures"]["deduplicated"] for order in ([a, b], [b, a]))
+        assert first == second
+        assert first[0]["example"] == "s::assistant@after-sync#2" and first[0]["message"] == "a"
+
     def test_engine_keys_and_coverage_are_used_when_given(self):
         """The engine's dedup keys (canonical kill point) and its coverage are used, not re-derived from texts."""
         case = failing_case(minimal=["tx:4@after-sync"])
