@@ -765,7 +765,10 @@ def conformance_command(impl_command, corpora, json_path, timeout, jobs, no_clos
         loaded = [c.select(rules, sample) for c in loaded]
     options = cf.Options(timeout=timeout, jobs=jobs, reduce=not no_reduce, closed_loop=not no_closed_loop,
                          bound=bound, fail_fast=fail_fast)
-    report = cf.run_conformance(impl, loaded, options, progress=_progress_printer("conformance"))
+    try:
+        report = cf.run_conformance(impl, loaded, options, progress=_progress_printer("conformance"))
+    except cf.ConformanceError as exc:  # the command answers nothing at all (its preflight)
+        _fail_usage([f"chaos conformance: {exc}"])
     cf.render(report, verdict.console(stderr=json_path == "-"))
     if json_path:
         text = json.dumps(report.to_json(), indent=1, ensure_ascii=False) + "\n"

@@ -510,11 +510,20 @@ class Implementation:
         return self.run(["plan", str(path), str(current)])
 
 
+def telling_line(stderr: str) -> str:
+    """The line of a failed command's stderr that says why: the last one naming an error (a runtime's stack trace
+    ends with its version or a frame, e.g. Node's ``Node.js v20``, below ``Error: Cannot find module …``), else the
+    last line; "" when there is none."""
+    lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
+    named = [line for line in lines if "error" in line.lower() or "no such file" in line.lower()]
+    return (named or lines or [""])[-1]
+
+
 def parse_output(inv: Invocation, expected_exits: Sequence[int], timeout: float) -> tuple[Any, str | None]:
     """The JSON value an invocation printed, or (None, a short ID-free reason) — timeout, exit code, not JSON."""
     if inv.returncode is None:
         return None, f"timeout after {timeout:g}s"
-    last = inv.stderr.strip().splitlines()[-1:] or [""]
+    last = [telling_line(inv.stderr)]
     try:
         value = json.loads(inv.stdout.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
@@ -561,6 +570,8 @@ def run_conformance(impl: Implementation, corpora: Sequence[Corpus], options: Op
                              rules=[r for r in PLANNER_RULES if r in c.rules()]
                              + sorted(r for r in c.rules() if r not in PLANNER_RULES),
                              rules_missing=[r for r in PLANNER_RULES if r not in c.rules()]) for c in corpora}
+    if jobs:
+        _preflight(impl, jobs[0][1], jobs[0][2], options)
     failures: list[Failure] = []
     lock = threading.Lock()
     stop = threading.Event()
@@ -591,6 +602,28 @@ def run_conformance(impl: Implementation, corpora: Sequence[Corpus], options: Op
     return Report(list(impl.argv), list(tallies.values()), failures, time.monotonic() - t0, stop.is_set(),
                   {"timeout": options.timeout, "reduce": options.reduce, "closedLoop": options.closed_loop,
                    "bound": options.bound, "failFast": options.fail_fast})
+
+
+def _preflight(impl: Implementation, prefix: Prefix, checks: Sequence[PlanCheck], options: Options) -> None:
+    """Ask the implementation about the first prefix once before the corpus: a command that answers nothing at all
+    (a non-zero exit with empty stdout: a missing script, an interpreter that cannot load it) would otherwise fail
+    every check, one process start each, for a minute or more. ``ConformanceError`` (a usage error) then; any answer,
+    right or wrong, lets the run go on and be judged."""
+    if not options.reduce and not checks:
+        return
+    with tempfile.TemporaryDirectory(prefix="chaos-conformance-") as tmp:
+        log = Path(tmp) / "prefix.jsonl"
+        log.write_bytes(prefix.data)
+        if options.reduce:
+            inv, asked = impl.reduce(log), "reduce FILE"
+        else:
+            current = Path(tmp) / "current.json"
+            current.write_text(json.dumps(checks[0].current), encoding="utf-8")
+            inv, asked = impl.plan(log, current), "plan FILE CURRENT.json"
+    if inv.returncode not in (None, 0) and not inv.stdout.strip():
+        why = telling_line(inv.stderr)
+        raise ConformanceError(f"--impl: `{' '.join(impl.argv)} {asked}` exited {inv.returncode} and printed nothing"
+                               f" on stdout{f': {why}' if why else ''} (is the command right?)")
 
 
 def _check_prefix(impl: Implementation, corpus: Corpus, prefix: Prefix, checks: list[PlanCheck], work: Path,

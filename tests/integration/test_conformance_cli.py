@@ -180,6 +180,21 @@ class TestUsage:
         assert len(lines) == 1 and lines[0].startswith("chaos conformance: "), proc.stderr
         assert "Traceback" not in proc.stderr
 
+
+    def test_a_command_that_answers_nothing_stops_at_once(self, tmp_path):
+        """A script that cannot start (exit 1, empty stdout) is one usage line naming its error, before the corpus."""
+        impl = script(tmp_path, "broken", "raise SystemExit('Error: Cannot find module my-planner')\n")
+        proc = chaos("conformance", "--impl", impl, timeout=120)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and "reduce FILE` exited 1 and printed nothing on stdout: Error: Cannot find module " \
+            "my-planner (is the command right?)" in lines[0], proc.stderr
+        assert "conformance" not in proc.stdout  # no progress: nothing of the corpus ran
+        answers = script(tmp_path, "wrong", "print('{}')\nraise SystemExit(1)\n")  # an answer, if wrong: judged
+        judged = chaos("conformance", "--impl", answers, "--rule", "P0", "--sample", "1", "--no-closed-loop",
+                       timeout=300)
+        assert judged.returncode == 1 and "FAIL" in judged.stdout, judged.stdout + judged.stderr
+
     def test_corpus_build_usage(self, tmp_path):
         """`chaos corpus build` without --out, or into a non-empty directory, is one line and exit 2."""
         (tmp_path / "x").write_text("x")
