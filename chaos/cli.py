@@ -485,7 +485,9 @@ def report_merge(directories: tuple[str, ...], out: str, force: bool) -> None:
 def report_history(out_dir: str) -> None:
     """Rebuild OUT_DIR/history.json and OUT_DIR/index.html from the campaign directories in OUT_DIR (--out) and
     print, per target and scenario set, the latest runs and what changed: new, still failing, fixed, flaky."""
-    from chaos.report.history import INDEX, rebuild, text_lines
+    from pathlib import Path
+
+    from chaos.report.history import HISTORY, INDEX, rebuild, text_lines
 
     try:
         history = rebuild(out_dir)
@@ -493,7 +495,8 @@ def report_history(out_dir: str) -> None:
         _fail_usage([f"chaos report history: {exc}"])
     for line in text_lines(history):
         click.echo(line)
-    click.echo(f"history: {out_dir}/history.json, {out_dir}/{INDEX}")
+    base = Path(out_dir)  # "reports/" → reports/history.json, not reports//history.json
+    click.echo(f"history: {base / HISTORY}, {base / INDEX}")
 
 
 @main.command("show")
@@ -567,8 +570,9 @@ def campaign_command(scenarios, mode, depth, faults, seed, case_count, duration,
     Exit 0 when every planned case ran and held (flaky cases are reported, not failed), 1 when a failure
     reproduced, a baseline did not pass or the harness could not run a case (even if incomplete), 2 on usage
     errors, 4 when incomplete (every case that ran held, but not every planned case ran: --budget, --fail-fast),
-    130 on SIGINT, 143 on SIGTERM. --resume DIR continues a campaign with its stored options (a new --budget or
-    --workers may be given; any other changed option is refused).
+    130 on SIGINT, 143 on SIGTERM, 70 on an internal error of chaos itself (a bug to report). --resume DIR
+    continues a campaign with its stored options (a new --budget or --workers may be given; any other changed
+    option is refused).
     """
     import sys
     from pathlib import Path

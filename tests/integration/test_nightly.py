@@ -111,6 +111,8 @@ def test_history_shows_green_new_fixed_and_replays_known_failures_first(tmp_path
     assert shown.returncode == 0, shown.stdout + shown.stderr
     assert "bundled on tool-answer: 5 run(s)" in shown.stdout and "  c3  PASS " in shown.stdout
     assert "STILL FAILING: " in shown.stdout  # c5 after c4: the same failure again
+    slashed = cli("report", "history", f"{tmp_path}/")  # as a shell completes a directory: no "//" in the paths
+    assert f"history: {tmp_path / 'history.json'}, {tmp_path / 'index.html'}" in slashed.stdout
 
 
 BAD_WRITE = (SCENARIOS / "bad-write.toml").read_text()  # the crash-free run cannot pass (shared with the plugin tests)
