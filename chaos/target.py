@@ -77,6 +77,9 @@ DEFAULT_LAUNCH: dict[str, tuple[str, ...]] = {
     "describe": ("{command}", "describe", "--workspace", "{workspace}", "{flags}"),
 }
 LAUNCH_KEYS = tuple(DEFAULT_LAUNCH)
+# The verbs a target may leave out: an empty template says "not offered" (its recovery decisions, its bug switches
+# and its description are then not asked for).
+OPTIONAL_LAUNCH_KEYS = ("plan", "bugs", "describe")
 # What the bundled agent's zygote imports once: `agent.warm`, the agent's own warm-up module (its start path, what a
 # run imports lazily, the built CLI parser; it reads no environment at import).
 BUNDLED_PRELOAD = ("agent.warm",)
@@ -464,7 +467,7 @@ def load_target(path: str | Path) -> Target:
     if not flags:
         # Not bundled-shaped: `plan`, `bugs` and `describe` exist only when the file names them (an empty template
         # means "not offered"); run/resume/abort/compact keep the bundled agent's verbs unless replaced.
-        for key in ("plan", "bugs", "describe"):
+        for key in OPTIONAL_LAUNCH_KEYS:
             merged.setdefault(key, ())
     return Target(
         name=str(data.get("name", path.stem)), kind=kind, command=argv,

@@ -182,6 +182,21 @@ class TestResumeInput:
         line = one_line_error(["campaign", "--resume", directory])
         assert line.startswith(f"{directory / 'campaign.json'}: {message}"), line
 
+    def test_a_minimal_target_file_campaign_ends_with_its_report_and_resumes(self, tmp_path):
+        """A target file naming only its command (plan, bugs and describe not offered) is read back from
+        campaign.json as written: the campaign writes its report, and --resume of it is accepted."""
+        target = tmp_path / "t.toml"
+        target.write_text('command = ["{python}", "-m", "agent"]\n')
+        out = tmp_path / "r"
+        args = [sys.executable, "-m", "chaos", "campaign", str(REPO / "scenarios" / "single-read.toml"), "--target",
+                str(target), "--out", str(out), "--name", "c", "--pinned-only"]
+        done = subprocess.run(args, capture_output=True, text=True, cwd=tmp_path, timeout=300)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert (out / "c" / "summary.json").is_file()
+        again = subprocess.run([sys.executable, "-m", "chaos", "campaign", "--resume", str(out / "c")],
+                               capture_output=True, text=True, cwd=tmp_path, timeout=300)
+        assert again.returncode == 0, again.stdout + again.stderr
+
     def test_wrongly_typed_bookkeeping_is_one_line(self, tmp_path):
         """A wrongly typed member beside the options (elapsed, sessions) is a line too, not a traceback later."""
         directory = resumable(tmp_path)
