@@ -7,10 +7,26 @@ one clear line per problem and exit code 2.
 
 from __future__ import annotations
 
+import math
+
 import click
 
 
 EXIT_INTERNAL = 70  # EX_SOFTWARE: an exception nobody handled, a defect of chaos (used by no other exit path)
+
+
+class _Seconds(click.FloatRange):
+    """A finite number of seconds, at least ``min``: click's FloatRange lets ``nan`` through (it compares false
+    with every bound) and ``inf``, which a case's wall-clock limit would then never reach."""
+
+    def convert(self, value, param, ctx):
+        seconds = super().convert(value, param, ctx)
+        if not math.isfinite(seconds):
+            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
+        return seconds
+
+
+SECONDS = _Seconds(min=0.1)
 
 
 def _save_traceback(exc: BaseException, argv: list[str]) -> str:
@@ -139,7 +155,7 @@ def _load_scenario_or_exit(path: str):
 @click.option("--keep", is_flag=True, help="keep every case directory, not only failing ones")
 @click.option("--reports", "reports_dir", default="reports", show_default=True, type=click.Path(path_type=str),
               help="where case directories are kept")
-@click.option("--case-timeout", default=120.0, show_default=True, type=click.FloatRange(min=0.1),
+@click.option("--case-timeout", default=120.0, show_default=True, type=SECONDS,
               help="wall-clock limit per case, seconds")
 def run_command(scenario: str, kills: tuple[str, ...], target_file, agent_bugs: str, planner_cmd, planner_scope,
                 launcher, keep: bool, reports_dir: str, case_timeout: float) -> None:
@@ -553,7 +569,7 @@ def _campaign_usage(lines: list[str]) -> None:
 @click.option("--keep", type=click.Choice(["failing", "all", "none"]), default="failing", show_default=True,
               help="which case directories to keep")
 @click.option("--no-shrink", is_flag=True, help="report failures without shrinking their schedules")
-@click.option("--case-timeout", type=click.FloatRange(min=0.1), default=120.0, show_default=True,
+@click.option("--case-timeout", type=SECONDS, default=120.0, show_default=True,
               help="wall-clock limit per case, seconds")
 @click.option("--no-replay", is_flag=True,
               help="plan order only: do not run first the cases that failed or were flaky in earlier runs under --out")
@@ -641,7 +657,7 @@ def campaign_command(scenarios, mode, depth, faults, seed, case_count, duration,
 @click.option("--out", default="reports/mutants", show_default=True, type=click.Path(path_type=str),
               help="where the campaigns and summary.json go")
 @click.option("--name", default="", help="this run's directory under --out [default: mutants-<UTC time>]")
-@click.option("--case-timeout", type=click.FloatRange(min=0.1), default=120.0, show_default=True,
+@click.option("--case-timeout", type=SECONDS, default=120.0, show_default=True,
               help="wall-clock limit per case, seconds")
 @click.option("--target", "target_file", type=click.Path(path_type=str), metavar="TARGET.toml",
               help="the system under test whose switches are exercised (docs/targets.md) [default: the bundled agent]")
@@ -724,7 +740,7 @@ def _progress_printer(what: str):
                    "planner-fixtures/); repeatable [default: the shipped corpus of the default campaign]")
 @click.option("--json", "json_path", type=click.Path(path_type=str), metavar="FILE",
               help="write the full report as JSON (- for stdout; the table then goes to stderr)")
-@click.option("--timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
+@click.option("--timeout", type=SECONDS, default=30.0, show_default=True,
               help="seconds allowed per implementation command")
 @click.option("-j", "--jobs", type=click.IntRange(min=0), default=0, help="parallel checks [default: CPUs]")
 @click.option("--no-closed-loop", is_flag=True, help="skip closed-loop convergence")

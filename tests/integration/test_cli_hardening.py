@@ -77,6 +77,20 @@ class TestScenarioInput:
         assert line == f"{deep}:1: toml: arrays or tables nested more than 32 levels deep"
 
 
+class TestSecondsOptions:
+    @pytest.mark.parametrize("args", [
+        ["campaign", "--case-timeout", "nan"], ["campaign", "--case-timeout", "inf"],
+        ["run", GREETING, "--case-timeout", "nan"], ["mutants", "--case-timeout", "inf"],
+        ["conformance", "--impl", "true", "--timeout", "nan"],
+    ])
+    def test_a_time_that_is_not_a_finite_number_is_refused_up_front(self, args):
+        """nan and inf seconds are usage errors before anything runs: a case limit of nan would never fire, and a
+        campaign.json holding one could never be resumed."""
+        status, output, error = invoke(*args)
+        assert error is None and status == 2, output
+        assert "is not a finite number of seconds" in output and "Traceback" not in output
+
+
 class TestTargetInput:
     @pytest.mark.parametrize("flag", ["--target", "--agent"])
     def test_non_utf8_target_file_is_one_line(self, tmp_path, flag):
