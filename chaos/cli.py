@@ -41,19 +41,62 @@ def _save_traceback(exc: BaseException, argv: list[str]) -> str:
     return path
 
 
+class Stopped(KeyboardInterrupt):
+    """SIGTERM (a CI timeout, ``kill``) or SIGHUP (a closed terminal), raised where Ctrl-C raises KeyboardInterrupt:
+    the same clean-up runs — every process of a case killed by the supervisor's ``finally``, a campaign's partial
+    result written — where the default action would end this process at once and leave a target's exec'd processes
+    (own sessions) running. The command then exits 128 + the signal."""
+
+    def __init__(self, signum: int):
+        super().__init__()
+        self.signum = signum
+
+
+_STOPPED: list[int] = []  # the stopping signals received, in order (the first decides the exit status)
+
+
+def _stop(signum, frame) -> None:  # noqa: ARG001 - signal API
+    _STOPPED.append(signum)
+    if len(_STOPPED) == 1:  # once: a second signal must not interrupt the clean-up the first one started
+        raise Stopped(signum)
+
+
+def _stop_on_signals() -> dict:
+    """Install ``_stop`` for SIGTERM and SIGHUP where they have their default action (not an inherited SIG_IGN:
+    ``nohup`` keeps its meaning), in the main thread only; the previous handlers, to restore."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    previous = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) == signal.SIG_DFL:
+            previous[sig] = signal.signal(sig, _stop)
+    return previous
+
+
 class _Main(click.Group):
     """The ``chaos`` group: an exception no command handled becomes one line naming the file that holds its
-    traceback, and exit ``EXIT_INTERNAL`` (click keeps its own handling of usage errors, SystemExit and Ctrl-C)."""
+    traceback, and exit ``EXIT_INTERNAL`` (click keeps its own handling of usage errors, SystemExit and Ctrl-C);
+    SIGTERM and SIGHUP stop a command as Ctrl-C does (``Stopped``), with exit status 128 + the signal."""
 
     def main(self, args=None, *rest, **kwargs):
+        import signal
         import sys
 
         # A real argv cannot hold a NUL, an in-process call can; click's path checks would raise ValueError on it.
         if args is not None and any(isinstance(a, str) and "\0" in a for a in args):
             click.echo("chaos: an argument contains a NUL byte", err=True)
             sys.exit(2)
+        _STOPPED.clear()
+        previous = _stop_on_signals()
         try:
             return super().main(args, *rest, **kwargs)
+        except SystemExit:
+            if _STOPPED:  # click reported the Stopped as an abort (exit 1): the signal's status instead
+                sys.exit(128 + _STOPPED[0])
+            raise
         except Exception as exc:  # noqa: BLE001 - the one place a defect of chaos is turned into an exit status
             argv = list(sys.argv[1:] if args is None else args)
             try:
@@ -67,6 +110,9 @@ class _Main(click.Group):
             click.echo(f"chaos: internal error (a defect of chaos, please report it): {type(exc).__name__}: {first}; "
                        f"{where}", err=True)
             sys.exit(EXIT_INTERNAL)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
 
 def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:

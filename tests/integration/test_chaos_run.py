@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -81,6 +84,37 @@ def test_a_hung_agent_is_reported_hang_and_leaves_no_process(bash_deploy, tmp_pa
     for pid in map(int, pids.read_text().split()):
         assert gone(pid)
     assert result.case_dir is not None and (Path(result.case_dir) / "launches").is_dir()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_chaos_run_stopped_by_sigterm_or_sighup_leaves_no_process(sig, tmp_path):
+    """SIGTERM (a CI timeout) or SIGHUP stops `chaos run` as Ctrl-C does: the exec'd target's processes (own
+    session) are killed, and the exit status is 128 + the signal."""
+    script, pids = tmp_path / "hung.py", tmp_path / "pids"
+    script.write_text(textwrap.dedent(f"""
+        import os, pathlib, subprocess, time
+        child = subprocess.Popen(["sleep", "300"])
+        pathlib.Path({str(pids)!r}).write_text(f"{{os.getpid()}} {{child.pid}}")
+        time.sleep(300)
+    """))
+    target = tmp_path / "hung.toml"
+    target.write_text(f'name = "hung"\ncommand = [{json.dumps(sys.executable)}, {json.dumps(str(script))}]\n')
+    proc = subprocess.Popen([sys.executable, "-m", "chaos", "run", str(SCENARIOS / "single-read.toml"),
+                             "--target", str(target), "--kill", "tx:1@after-sync"], cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not pids.exists() or len(pids.read_text().split()) < 2:
+            assert time.monotonic() < deadline and proc.poll() is None, "the target never started"
+            time.sleep(0.05)
+        proc.send_signal(sig)
+        assert proc.wait(60) == 128 + sig
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    for pid in map(int, pids.read_text().split()):
+        assert gone(pid)
 
 
 # --------------------------------------------------------------------------------------------------------------
