@@ -123,9 +123,10 @@ def run_bounded(argv: Sequence[str], env: Mapping[str, str], timeout: float,
     as ``subprocess.run`` would — and ``subprocess.TimeoutExpired`` is raised."""
     proc = subprocess.Popen(list(argv), env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, start_new_session=True)
+    _LAUNCHED.add(proc.pid)  # a worker told to stop at once sweeps it too (sweep_launched)
     try:
         out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
+    except BaseException:  # the timeout, or Ctrl-C/SIGTERM raised meanwhile: nothing of it may outlive us
         try:
             os.killpg(proc.pid, signal.SIGKILL)  # its own process group, and then whatever else is in its session
         except OSError:
@@ -133,6 +134,14 @@ def run_bounded(argv: Sequence[str], env: Mapping[str, str], timeout: float,
         kill_processes(lambda: session_members(proc.pid), 5.0, leader_done=lambda: proc.poll() is not None)
         proc.communicate()
         raise
+    else:
+        # What it left running in its session (a daemon it started) ends with it: a question is not a case. (While
+        # a member lives, Linux keeps the leader's number reserved; a live process under that number means the
+        # session is empty and the number someone else's: then nothing is ours to kill.)
+        if not psutil.pid_exists(proc.pid) and session_members(proc.pid):
+            kill_processes(lambda: session_members(proc.pid), 5.0)
+    finally:
+        _LAUNCHED.discard(proc.pid)
     return subprocess.CompletedProcess(list(argv), proc.returncode, out, err)
 
 

@@ -624,6 +624,10 @@ def _die_with_parent(parent: int) -> None:
         _stop_now(STOP_SIGNAL, None)
 
 
+def _ignore(signum, frame) -> None:  # noqa: ARG001 - signal API
+    """A worker's SIGINT and SIGTERM: nothing (see worker_main)."""
+
+
 def worker_main(config: WorkerConfig, conn: Connection, parent: int, loops: int = 1) -> None:
     """Worker loop: receive ``(job_id, kind, args)``, send ``(job_id, "ok"|"error", payload)``; ``None`` stops it;
     ``(CONFIGURE, config, loops)`` starts the next campaign's world (no answer). ``loops``: how many workers the
@@ -632,8 +636,11 @@ def worker_main(config: WorkerConfig, conn: Connection, parent: int, loops: int 
 
     _die_with_parent(parent)
     set_loops(loops)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the campaign's to handle, not each worker's
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # idem for a CI runner's SIGTERM to the process group
+    # Ctrl-C is the campaign's to handle, not each worker's; idem a CI runner's SIGTERM to the process group. A
+    # handler that does nothing, not SIG_IGN: an ignored signal stays ignored across exec (POSIX), so a target's
+    # exec'd processes would start deaf to SIGINT (its `int` faults) and SIGTERM; a handler is reset to the default.
+    signal.signal(signal.SIGINT, _ignore)
+    signal.signal(signal.SIGTERM, _ignore)
     ctx = Context(config)
     jobs: dict[str, Callable[..., dict[str, Any]]] = {
         "baseline": lambda name: discover_baseline(ctx, name),

@@ -162,3 +162,32 @@ def test_a_sweep_is_recorded_once_however_deep_its_calls(monkeypatch):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_run_bounded_leaves_nothing_of_its_command_running(tmp_path):
+    """A question's command (a target's describe) that leaves a daemon in its session: the daemon ends with it."""
+    from chaos.process import run_bounded
+    from tests.integration import gone
+
+    pidfile = tmp_path / "daemon.pid"
+    command = f"sleep 300 </dev/null >/dev/null 2>&1 & echo $! > {pidfile}; echo '{{}}'"  # off the output pipes
+    done = run_bounded(["sh", "-c", command], dict(os.environ), 30.0)
+    assert done.returncode == 0 and done.stdout.strip() == b"{}"
+    assert gone(int(pidfile.read_text()))
+
+
+def test_a_campaign_workers_exec_d_target_starts_hearing_sigint_and_sigterm(tmp_path):
+    """A worker ignores SIGINT/SIGTERM with a handler, not SIG_IGN (which exec keeps): a target it launches starts
+    with both at their default, so an `int` fault and a SIGTERM reach it."""
+    seen = tmp_path / "sigign"
+    script = tmp_path / "target.py"
+    script.write_text(f"import pathlib\nstatus = pathlib.Path('/proc/self/status').read_text()\n"
+                      f"pathlib.Path({str(seen)!r}).write_text(status.split('SigIgn:')[1].split()[0])\n"
+                      "raise SystemExit(1)\n")
+    target = tmp_path / "t.toml"
+    target.write_text(f'name = "t"\ncommand = ["{sys.executable}", "{script}"]\n')
+    scenario = Path(__file__).resolve().parents[2] / "scenarios" / "single-read.toml"
+    subprocess.run([sys.executable, "-m", "chaos", "campaign", str(scenario), "--target", str(target), "--out",
+                    str(tmp_path / "out"), "--workers", "1"], capture_output=True, timeout=300, cwd=tmp_path)
+    ignored = int(seen.read_text(), 16)
+    assert not ignored & (1 << (2 - 1)) and not ignored & (1 << (15 - 1)), f"SigIgn {ignored:#x}"
