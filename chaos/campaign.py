@@ -233,6 +233,9 @@ class CampaignOptions:
             if self.depth != 1:
                 problems.append("--depth 2 applies to exhaustive mode (random schedules already have 1..K faults)")
         unknown = [f for f in self.faults if f not in FAULT_FAMILIES]
+        if self.mode == "exhaustive" and not self.faults and not self.pinned_only:
+            # `--faults ''` (or ','): no case but the pinned ones would be planned, and the run would say it held.
+            problems.append(f"--faults: no fault family given (expected some of {', '.join(FAULT_FAMILIES)} or all)")
         if unknown:
             problems.append(f"--faults {','.join(unknown)}: expected some of {', '.join(FAULT_FAMILIES)} or all")
         if self.shard is not None:

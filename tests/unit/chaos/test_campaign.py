@@ -58,6 +58,12 @@ class TestOptions:
         for word in ("--seed", "--cases N or --duration", "--depth 2", "--faults boom", "K/N", "--keep"):
             assert word in text
 
+    def test_no_fault_family_is_refused(self):
+        """`--faults ''` would plan nothing but the pinned schedules and report the run as held: refused instead."""
+        with pytest.raises(CampaignError, match="no fault family given"):
+            CampaignOptions(faults=[]).check()
+        CampaignOptions(faults=[], pinned_only=True).check()  # the pinned schedules alone: what it asks for
+
     def test_options_round_trip(self):
         """Options survive campaign.json."""
         options = CampaignOptions(mode="random", seed=3, cases=9, tags=["ci"])
