@@ -565,13 +565,27 @@ def report_history(out_dir: str) -> None:
 @click.argument("log", type=click.Path(path_type=str))
 def show_command(log: str) -> None:
     """Print a session log (JSONL) as a readable transcript: turns, tool calls, results, records, where it was cut."""
-    from chaos.transcript import show_file
+    import json
+    from pathlib import Path
+
+    from chaos.transcript import transcript_lines
 
     try:
-        lines = show_file(log)
+        data = Path(log).read_bytes()
     except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
         _fail_usage([f"chaos show: {log}: {getattr(exc, 'strerror', None) or exc}"])
-    for line in lines:
+    first = data.split(b"\n", 1)[0]
+    if data and b"\n" in data:
+        # A log the reducer rejects is still shown (that is what it is for); a file whose first line is no header at
+        # all (a scenario, a binary, a pretty-printed JSON file, a campaign's journal) is not a session log.
+        try:
+            header = json.loads(first)
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            header = None
+        if not isinstance(header, dict) or header.get("kind") != "header":
+            _fail_usage([f"chaos show: {log}: not a session log (a session log's line 1 is its header, a JSON "
+                         'object with "kind": "header")'])
+    for line in transcript_lines(data):
         click.echo(line)
 
 

@@ -13,8 +13,7 @@ Only the contract is used to read it: ``agent.session``'s framing (committed lin
 
 ``baseline_why`` reads a failing crash-free run's kept case directory for the evidence a reader can act on: the
 error results tools returned (``invalid arguments for tool 'write': missing required property 'content'``) and the
-tail of the agent's stderr. Pure functions over bytes and dicts, plus two small readers (``show_file``,
-``baseline_why``).
+tail of the agent's stderr. Pure functions over bytes and dicts, plus one small reader (``baseline_why``).
 """
 
 from __future__ import annotations
@@ -151,11 +150,6 @@ def transcript_lines(data: bytes) -> list[str]:
     elif not raw_lines:
         out.append("(no complete line: the header itself is torn)")
     return out
-
-
-def show_file(path: str | Path) -> list[str]:
-    """``transcript_lines`` of a log file; ``OSError`` when it cannot be read."""
-    return transcript_lines(Path(path).read_bytes())
 
 
 # ---- why a crash-free baseline failed -------------------------------------------------------------------------

@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from chaos.transcript import baseline_why, tool_errors, transcript_lines
 from tests.unit.chaos.test_oracle import Log, good_log
 
@@ -83,3 +85,23 @@ def test_chaos_show_prints_a_log_and_refuses_a_missing_file_in_one_line(tmp_path
     bad = subprocess.run([sys.executable, "-m", "chaos.cli", "show", str(tmp_path / "nope.jsonl")],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "No such file" in bad.stderr
+
+
+@pytest.mark.parametrize("content", [b"name = 'x'\n[workspace]\n", b"\x7fELF\x02\x01\x01\x00\n\x00\x00",
+                                     b'{\n "options": {}\n}\n', b'{"id": "s::tx:1@after-sync", "status": "pass"}\n'])
+def test_chaos_show_refuses_a_file_that_is_not_a_session_log_in_one_line(tmp_path, content):
+    """A scenario, a binary, a pretty-printed JSON file or a journal: one line, exit 2, not a line-by-line dump."""
+    path = tmp_path / "f"
+    path.write_bytes(content)
+    done = subprocess.run([sys.executable, "-m", "chaos.cli", "show", str(path)], capture_output=True, text=True)
+    assert done.returncode == 2 and done.stdout == "" and done.stderr.count("\n") == 1
+    assert "not a session log" in done.stderr
+
+
+def test_chaos_show_still_shows_a_log_the_reducer_rejects(tmp_path):
+    """A session log corrupted after its header is shown, with where the reference reducer rejects it."""
+    data = good_log().data
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(data + b'{"kind": "record", "seq": 999}\n')
+    done = subprocess.run([sys.executable, "-m", "chaos.cli", "show", str(path)], capture_output=True, text=True)
+    assert done.returncode == 0 and "the reference reducer rejects the log here" in done.stdout
