@@ -1595,9 +1595,15 @@ def write_merged(dirs: Sequence[str | Path], out: str | Path, *, force: bool = F
     """``chaos report merge``'s data side: the merged journal, ``campaign.json`` and ``result.json`` in ``out``."""
     result = merge_journals(dirs, force=force)
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    if (out / JOURNAL).exists():
-        raise CampaignError(f"{out}: already holds a journal; merge into a new directory")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        # A new directory only (as --help says): a file, or a user's summary.json/index.html, is never replaced.
+        what = "is not a directory" if not out.is_dir() else (
+            "already holds a journal" if (out / JOURNAL).exists() else "is not empty")
+        raise CampaignError(f"--out {out}: {what}; merge into a new directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CampaignError(f"--out {out}: cannot create the directory: {exc.strerror}") from None
     params = dict(read_campaign(dirs[0]))
     params["plan"] = {"cases": result.cases["planned"], "space": "partition",
                       "points": {k: v["total"] for k, v in result.coverage["points"].items()},

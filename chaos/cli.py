@@ -155,6 +155,20 @@ def _fail_usage(lines: list[str]) -> None:
     raise SystemExit(2)
 
 
+def _output_directory(command: str, flag: str, path: str) -> None:
+    """Exit 2 with one line when ``path`` (an output directory option) exists but is not a directory, or cannot be
+    made: what would otherwise surface mid-run as an internal error (NotADirectoryError, FileExistsError)."""
+    import os
+
+    if os.path.exists(path) and not os.path.isdir(path):
+        _fail_usage([f"chaos {command}: {flag} {path}: exists and is not a directory"])
+    try:
+        os.makedirs(path, exist_ok=True)
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        _fail_usage([f"chaos {command}: {flag} {path}: cannot create the directory: "
+                     f"{getattr(exc, 'strerror', None) or exc}"])
+
+
 def target_options(f):
     """``--target``, ``--agent-bugs``, ``--planner-cmd``, ``--planner-scope`` and ``--launcher``: how every command
     names the system under test (``chaos.target``)."""
@@ -207,6 +221,7 @@ def run_command(scenario: str, kills: tuple[str, ...], target_file, agent_bugs: 
                 launcher, keep: bool, reports_dir: str, case_timeout: float) -> None:
     """Run the crash-free baseline, then each case; exit 0 when all hold, 1 when one did not, 2 on usage errors."""
     loaded = _load_scenario_or_exit(scenario)
+    _output_directory("run", "--reports", reports_dir)
     from chaos.faults import FaultSyntaxError, format_schedule, parse_schedule
 
     from chaos.target import is_probe
@@ -415,6 +430,8 @@ def repro_command(bundle: str, work: str | None, keep: bool) -> None:
     fails differently (another invariant, or the baseline), 2 when BUNDLE is not a usable bundle.
     """
     loaded = _bundle_or_exit(bundle)
+    if work:
+        _output_directory("repro", "--work", work)
     import shutil
     import tempfile
     from pathlib import Path

@@ -91,6 +91,26 @@ class TestSecondsOptions:
         assert "is not a finite number of seconds" in output and "Traceback" not in output
 
 
+class TestOutputDirectories:
+    @pytest.mark.parametrize("args", [["run", GREETING, "--reports", "{file}"],
+                                      ["repro", "{bundle}", "--work", "{file}"]])
+    def test_an_output_directory_that_is_a_file_is_one_line(self, tmp_path, args):
+        """--reports or --work naming an existing file: one usage line, exit 2 (not an internal error mid-run)."""
+        afile = tmp_path / "afile"
+        afile.write_text("x")
+        bundle = tmp_path / "bundle"
+        if "{bundle}" in args:  # a real bundle: a failing case of the stale-calls bug, written by a campaign
+            made = subprocess.run([sys.executable, "-m", "chaos", "campaign",
+                                   str(REPO / "scenarios" / "read-then-answer.toml"), "--agent-bugs",
+                                   "stale-assistant-calls", "--out", str(tmp_path / "r"), "--name", "c"],
+                                  capture_output=True, text=True, cwd=tmp_path, timeout=300)
+            assert made.returncode == 1, made.stdout + made.stderr
+            bundle = next((tmp_path / "r" / "c" / "failures").iterdir())
+        line = one_line_error([str(a).format(file=afile, bundle=bundle) for a in args])
+        assert line.endswith(f"{afile}: exists and is not a directory"), line
+        assert afile.read_text() == "x"
+
+
 class TestTargetInput:
     @pytest.mark.parametrize("flag", ["--target", "--agent"])
     def test_non_utf8_target_file_is_one_line(self, tmp_path, flag):

@@ -141,6 +141,13 @@ def test_a_merge_of_shards_holding_a_failure_exits_1_and_a_self_merge_is_refused
     forced = cli("report", "merge", str(tmp_path / "s1"), str(tmp_path / "s1"), "--out", str(tmp_path / "m3"),
                  "--force")
     assert forced.returncode in (1, 4), forced.stdout + forced.stderr  # merged: a failure, or only half the plan
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "index.html").write_text("a user's page")
+    (tmp_path / "afile").write_text("x")
+    for out, why in (("mine", "is not empty"), ("afile", "is not a directory")):
+        refused = cli("report", "merge", str(tmp_path / "s1"), str(tmp_path / "s2"), "--out", str(tmp_path / out))
+        assert refused.returncode == 2 and why in refused.stderr and "Traceback" not in refused.stderr
+    assert (tmp_path / "mine" / "index.html").read_text() == "a user's page"  # nothing of the user's replaced
 
 
 def test_sigterm_stops_a_campaign_like_sigint(tmp_path, cache):
