@@ -229,6 +229,8 @@ def parse_current(data: bytes, path: str) -> dict:
         current = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise UsageError(f"{path}: not a JSON document: {exc}") from None
+    except RecursionError:  # json's C decoder recurses per nesting level: [[[… thousands deep
+        raise UsageError(f"{path}: not a CurrentConfiguration: nested too deeply to read") from None
 
     def bad(field: str, message: str) -> UsageError:
         return UsageError(f"{path}: {field}: {message}")

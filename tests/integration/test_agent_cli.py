@@ -95,6 +95,7 @@ class TestPlan:
         ('{"configurationDigest":"sha256:' + "0" * 64 + '","environmentIdentity":"e","tools":[{"name":"read"}]}',
          "tools[0]"),
         ("{nope", "not a JSON document"),
+        ("[" * 100_000, "nested too deeply to read"),  # json's C decoder recurses: no RecursionError traceback
     ])
     def test_bad_current_is_a_usage_error(self, corpus, tmp_path, capsys, content, field):
         """A malformed CurrentConfiguration is one stderr line naming the field, exit 2."""
