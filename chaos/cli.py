@@ -583,12 +583,12 @@ def report_history(out_dir: str) -> None:
 def show_command(log: str) -> None:
     """Print a session log (JSONL) as a readable transcript: turns, tool calls, results, records, where it was cut."""
     import json
-    from pathlib import Path
 
+    from chaos.inputs import read_input
     from chaos.transcript import transcript_lines
 
     try:
-        data = Path(log).read_bytes()
+        data = read_input(log)
     except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
         _fail_usage([f"chaos show: {log}: {getattr(exc, 'strerror', None) or exc}"])
     first = data.split(b"\n", 1)[0]

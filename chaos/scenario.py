@@ -1280,8 +1280,10 @@ def load_scenario(path: str | Path, *, tools: Mapping[str, Mapping[str, Any]] | 
     ``tools``: as for ``parse_scenario``."""
     path = Path(path)
     name = str(path)
+    from chaos.inputs import read_input
+
     try:
-        raw = path.read_bytes()
+        raw = read_input(path)
     except OSError as exc:
         raise ScenarioError([f"{name}:1: file: cannot read: {exc.strerror or exc}"]) from None
     try:
@@ -1309,6 +1311,8 @@ def scenario_files(paths: list[str | Path]) -> tuple[list[Path], list[str]]:
             files += found
         elif path.is_file():
             files.append(path)
+        elif path.exists() or path.is_symlink():  # a FIFO, a device, a dangling or looping link
+            problems.append(f"{path}:1: path: not a regular file")
         else:
             problems.append(f"{path}:1: path: no such file or directory")
     return files, problems

@@ -369,9 +369,11 @@ def load_target(path: str | Path) -> Target:
 
     Relative paths in ``command`` (``./x``, ``../x``) are relative to the file, so a target works from any
     directory. docs/targets.md documents every key with an example."""
+    from chaos.inputs import read_input
+
     path = Path(path)
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = read_input(path).decode("utf-8")
         data = tomllib.loads(text)
     except FileNotFoundError:
         raise TargetError(f"{path}: no such target file") from None

@@ -111,6 +111,20 @@ class TestOutputDirectories:
         assert afile.read_text() == "x"
 
 
+class TestInputsThatAreNotFiles:
+    @pytest.mark.parametrize("args", [["killpoints", "{fifo}"], ["run", "{fifo}"], ["show", "{fifo}"],
+                                      ["run", GREETING, "--target", "{fifo}"], ["validate", "{fifo}"]])
+    def test_a_fifo_is_refused_at_once(self, tmp_path, args):
+        """A FIFO named as a scenario, a target or a log is refused in one line, exit 2: opening it to read would
+        block until a writer came (the command hung)."""
+        fifo = tmp_path / "f.toml"
+        os.mkfifo(fifo)
+        argv = [sys.executable, "-m", "chaos", *(str(a).format(fifo=fifo) for a in args)]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert "not a regular file" in done.stdout + done.stderr and "Traceback" not in done.stdout + done.stderr
+
+
 class TestTargetInput:
     @pytest.mark.parametrize("flag", ["--target", "--agent"])
     def test_non_utf8_target_file_is_one_line(self, tmp_path, flag):
