@@ -480,8 +480,10 @@ class Implementation:
         import shutil
 
         exe = argv[0]
-        if shutil.which(exe) is None and not (os.sep in exe and os.access(exe, os.X_OK)):
-            raise ConformanceError(f"--impl: cannot run {exe!r}: no such executable")
+        # A directory is "executable" (searchable) to os.access: isfile, or Popen fails later with EACCES.
+        if shutil.which(exe) is None and not (os.sep in exe and os.path.isfile(exe) and os.access(exe, os.X_OK)):
+            raise ConformanceError(f"--impl: cannot run {exe!r}: no such executable"
+                                   + (" (it is a directory)" if os.path.isdir(exe) else ""))
         self.argv = list(argv)
         self.timeout = timeout
         self.env = dict(os.environ if env is None else env)

@@ -224,6 +224,10 @@ def parse_fault(text: str, vocabulary: Sequence[str] = FACT_NAMES) -> Fault:
     text = text.strip()
     if any(c.isspace() for c in text):
         raise FaultSyntaxError(f"fault {text!r}: whitespace is not allowed inside a fault")
+    if text.startswith("llm("):  # a campaign case id's provider fault, pasted where only kill points go
+        raise FaultSyntaxError(f"fault {text!r}: a provider fault, not a kill point: provider faults are injected by "
+                               "a random campaign (its case is reproducible from --seed and its index) or declared in "
+                               "a scenario's [[runs.turns]] (fault = {...}); a schedule here takes kill points only")
     head, sep, rest = text.partition(":")
     # `tx:K@PHASE` also contains a colon: a head that is not an action word is part of the point.
     if not sep or head == "tx":

@@ -170,6 +170,7 @@ class TestUsage:
         ["--impl", AGENT, "--rule", "P9"],
         ["--impl", AGENT, "--timeout", "0"],
         ["--impl", "/no/such/planner"],
+        ["--impl", "/tmp"],  # a directory: os.access says "executable" (searchable)
         ["--impl", "'unbalanced"],
     ])
     def test_usage_error_is_one_line_exit_2(self, args):

@@ -53,6 +53,7 @@ class TestParseFault:
         [
             ("", "empty"),
             ("bogus:tx:1@after-sync", "unknown action 'bogus'"),
+            ("llm(http:429)@1.2", "a provider fault, not a kill point"),  # a random case id's part, pasted
             ("toolstarted@after-sync#1", "unknown fact 'toolstarted'"),
             ("user@after-synk#1", "unknown phase 'after-synk'"),
             ("user@after-sync", "missing '#N'"),
