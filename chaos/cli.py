@@ -677,6 +677,15 @@ def campaign_command(scenarios, mode, depth, faults, seed, case_count, duration,
     context = click.get_current_context()
     explicit = {p for p in context.params if context.get_parameter_source(p) in (
         click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT)}
+    if resume_dir is None:
+        # Options another one overrides or ignores are refused, not silently dropped (the report would describe a
+        # campaign other than the one asked for).
+        random_only = [flag for flag, name in (("--seed", "seed"), ("--cases", "case_count"), ("--duration", "duration"),
+                                            ("--max-faults", "max_faults")) if name in explicit]
+        if nightly and explicit & {"mode", "depth", "faults"}:
+            _campaign_usage(["--nightly sets --mode exhaustive, --depth 2 and --faults all: give those without it"])
+        if mode == "exhaustive" and random_only:
+            _campaign_usage([f"{', '.join(random_only)}: random mode only (add --mode random)"])
     target = None
     if resume_dir is None or explicit & {"target_file", "agent_config", "agent_bugs", "planner_cmd", "planner_scope",
                                          "launcher"}:

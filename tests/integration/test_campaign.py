@@ -271,6 +271,8 @@ class TestCli:
             (["--faults", "kill,boom"], "--faults boom"),
             (["--budget", "soon"], "duration 'soon'"),
             (["--agent-bugs", "no-such-bug"], "unknown bug switch"),
+            (["--seed", "3"], "--seed: random mode only"),  # ignored by an exhaustive campaign: refused
+            (["--nightly", "--mode", "random", "--seed", "1", "--cases", "2"], "--nightly sets --mode exhaustive"),
         ],
     )
     def test_bad_options_are_one_line_and_exit_2(self, args, message, tmp_path):
