@@ -689,7 +689,29 @@ def _path_problem(path: object) -> str | None:
         return f"path {path!r} must be relative to the workspace"
     if any(p in ("", ".", "..") for p in parts):
         return f"path {path!r} must not contain empty, '.' or '..' components"
+    if "\0" in path:
+        return f"path {path!r} must not contain a NUL character (no file name can)"
+    long = [p for p in parts if len(p.encode("utf-8", "surrogatepass")) > _NAME_MAX]
+    if long:
+        return f"path {path!r}: a component of {len(long[0].encode('utf-8', 'surrogatepass'))} bytes (a file " \
+               f"name holds at most {_NAME_MAX})"
     return None
+
+
+_NAME_MAX = 255  # bytes in one path component (Linux NAME_MAX; the case directories live on tmpfs or ext4)
+
+
+def _workspace_clashes(paths: list[str]) -> dict[str, str]:
+    """Workspace files that another one needs as a directory (``a`` and ``a/b``): path → the path it blocks."""
+    files = {p.replace("\\", "/") for p in paths if isinstance(p, str)}
+    clashes = {}
+    for path in sorted(files):
+        parts = path.split("/")
+        for i in range(1, len(parts)):
+            prefix = "/".join(parts[:i])
+            if prefix in files:
+                clashes.setdefault(prefix, path)
+    return clashes
 
 
 def _argument_problems(tool: str, arguments: dict, schema: Mapping[str, Any]) -> list[tuple[tuple, str]]:
@@ -829,6 +851,8 @@ def _semantic_problems(data: dict, tools: Mapping[str, Mapping[str, Any]]) -> li
         message = _path_problem(path)
         if message:
             problems.append((("workspace", path), message))
+    for path, blocked in _workspace_clashes(list(_as_dict(data.get("workspace")))).items():
+        problems.append((("workspace", path), f"{path!r} is a file, but {blocked!r} needs it as a directory"))
 
     runs_count = len(_as_list(data.get("runs")))
     expect = _as_dict(data.get("expect"))

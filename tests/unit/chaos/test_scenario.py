@@ -184,6 +184,18 @@ class TestParseScenario:
             's.toml:12: workspace["/abs"]: path \'/abs\' must be relative to the workspace',
         ]
 
+    def test_workspace_paths_no_file_system_could_hold_are_refused(self):
+        """A file that another needs as a directory, a name over 255 bytes, a NUL: problems, not crashes at run."""
+        long = "x" * 256
+        text = MINIMAL + f'\n[workspace]\n"a" = "x"\n"a/b" = "y"\n"{long}" = "z"\n"n\\u0000ul" = "w"\n'
+        messages = errors_of(text)
+        assert any("'a' is a file, but 'a/b' needs it as a directory" in m for m in messages)
+        assert any("a component of 256 bytes (a file name holds at most 255)" in m for m in messages)
+        assert any("must not contain a NUL character" in m for m in messages)
+        assert len(messages) == 3
+        fine = MINIMAL + f'\n[workspace]\n"a/b" = "x"\n"a/c" = "y"\n"{"y" * 255}" = "z"\n'
+        assert set(parse_scenario(textwrap.dedent(fine)).workspace) == {"a/b", "a/c", "y" * 255}
+
     def test_effects_must_name_scripted_calls(self):
         """An effect count for a call id that no turn scripts is an error."""
         text = MINIMAL + '\n[expect]\neffects = { call_x = 1 }\n'
