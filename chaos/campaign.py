@@ -88,6 +88,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE, EXIT_SIGINT, EXIT_SIGTERM = 0
 REPO = Path(__file__).resolve().parent.parent
 # Fault actions a campaign can enumerate (`--faults`); `all` is every one of them.
 FAULT_FAMILIES = ("kill", "int", "ioerror", "dresume", "torn", "powerloss")
+MAX_RANDOM_CASES = 100_000  # --cases: see CampaignOptions.check
 # SPEC §14.4 rule ids, in the spec's order (coverage lists those never reached on a restart).
 PLANNER_RULES = (
     "P0", "P1.1", "P1.2", "P1.3", "P2", "P3.1", "P3.2", "P3.3", "P3.4", "P3.5", "P4", "P5.1", "P5.2", "P6.1", "P6.2",
@@ -245,6 +246,10 @@ class CampaignOptions:
                 problems.append(str(exc))
         if self.keep not in ("failing", "all", "none"):
             problems.append(f"--keep {self.keep!r}: expected failing, all or none")
+        if self.cases is not None and self.cases > MAX_RANDOM_CASES:
+            # The plan counts distinct case ids before the first case (completeness is judged against it): ~4 s
+            # for 100,000 here, and a campaign stuck in that count hears neither --budget nor SIGTERM.
+            problems.append(f"--cases {self.cases}: at most {MAX_RANDOM_CASES:,} (for longer runs: --duration D)")
         if self.max_faults < 1:
             problems.append("--max-faults must be >= 1")
         # The rest are range-checked by the CLI; a campaign.json read back on --resume may hold anything.

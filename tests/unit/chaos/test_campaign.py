@@ -64,6 +64,15 @@ class TestOptions:
             CampaignOptions(faults=[]).check()
         CampaignOptions(faults=[], pinned_only=True).check()  # the pinned schedules alone: what it asks for
 
+    def test_random_cases_are_bounded(self):
+        """--cases beyond MAX_RANDOM_CASES is refused (its plan, counted first, would hear neither --budget nor
+        SIGTERM); --duration is the way to run longer."""
+        from chaos.campaign import MAX_RANDOM_CASES
+
+        with pytest.raises(CampaignError, match="for longer runs: --duration"):
+            CampaignOptions(mode="random", seed=1, cases=MAX_RANDOM_CASES + 1).check()
+        CampaignOptions(mode="random", seed=1, cases=MAX_RANDOM_CASES).check()
+
     def test_options_round_trip(self):
         """Options survive campaign.json."""
         options = CampaignOptions(mode="random", seed=3, cases=9, tags=["ci"])
