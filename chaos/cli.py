@@ -622,7 +622,8 @@ def _campaign_usage(lines: list[str]) -> None:
 @click.option("--faults", default="kill", show_default=True, metavar="ACTIONS",
               help="exhaustive fault actions, comma-separated: kill,int,ioerror,dresume,torn,powerloss or all")
 @click.option("--seed", type=int, help="random mode: the seed (a case is reproducible from seed and index)")
-@click.option("--cases", "case_count", type=click.IntRange(min=1), help="random mode: number of cases")
+@click.option("--cases", "case_count", type=click.IntRange(min=1),
+              help="random mode: number of cases (at most 100,000; longer: --duration)")
 @click.option("--duration", metavar="DURATION", help="random mode: run for this long (e.g. 30m)")
 @click.option("--max-faults", type=click.IntRange(min=1), default=3, show_default=True,
               help="random mode: at most K faults per case")
