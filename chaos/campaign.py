@@ -1098,6 +1098,13 @@ def run_campaign(options: CampaignOptions, *, reporter: Reporter | None = None, 
             options.budget = budget
         return _locked_run(Campaign(options, directory, reporter, command=command, resume=True))
     options.check()
+    if options.pinned_only:
+        entries = load_library(options.scenarios, options.tags)
+        if not any(e.scenario.schedules for e in entries):
+            # Nothing would run, and an empty campaign reports itself complete and held: a CI job that checks
+            # nothing must not go green. (Before any directory is made: nothing is left behind.)
+            raise CampaignError(f"--pinned-only: none of the {len(entries)} selected scenario(s) has pinned "
+                                "[[schedules]]")
     if list_only and options.mode == "random" and options.cases is None:
         raise CampaignError("--list needs a finite case list: use --cases N with --mode random")
     options.name = options.name or default_name()

@@ -280,6 +280,13 @@ class TestCli:
         out = cli("campaign", TOOL, "--out", str(tmp_path), *args)
         assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
 
+    def test_pinned_only_with_nothing_pinned_is_refused(self, tmp_path):
+        """--pinned-only over scenarios none of which pins a schedule: exit 2 and one line, not a green empty run."""
+        out = cli("campaign", GREETING, "--pinned-only", "--out", str(tmp_path))
+        assert out.returncode == 2 and out.stderr.strip().splitlines() == [
+            "--pinned-only: none of the 1 selected scenario(s) has pinned [[schedules]]"], out.stderr
+        assert not any(tmp_path.iterdir())  # no campaign directory was made
+
     def test_resume_of_a_non_campaign_directory(self, tmp_path):
         """--resume on a directory that is not a campaign is one clear line, exit 2."""
         out = cli("campaign", "--resume", str(tmp_path))
