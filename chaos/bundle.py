@@ -376,8 +376,20 @@ def load_bundle(path: str | Path) -> Bundle:
     for key in ("case", "schedule", "invariants", "scenario"):
         if key not in data:
             raise BundleError(f"{meta}: missing key {key!r}")
-    if not isinstance(data.get("target", data.get("agent")), dict):
+    if "target" not in data and "agent" not in data:
         raise BundleError(f"{meta}: missing key 'target'")
+    # The members the re-run reads, checked before any is used: a hand-edited bundle is one line, not a traceback
+    # (a string where the schedule's list goes would otherwise be read a character at a time).
+    from chaos import shapes
+
+    kinds = {"case": str, "schedule": list[str], "invariants": list[str], "scenario": dict[str, Any],
+             "target" if "target" in data else "agent": dict[str, Any]}
+    for key, kind in kinds.items():
+        if not shapes.fits(data[key], kind):
+            raise BundleError(f"{meta}: {key}: expected {shapes.expected(kind)}, got {shapes.describe(data[key])}")
+    for key, value in data["scenario"].items():
+        if key in ("file", "sha256") and not isinstance(value, str):
+            raise BundleError(f"{meta}: scenario.{key}: expected a string, got {shapes.describe(value)}")
     scenario_path = folder / data["scenario"].get("file", "scenario.toml")
     try:
         scenario = load_scenario(scenario_path)

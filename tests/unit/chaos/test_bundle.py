@@ -88,6 +88,28 @@ class TestLoadBundle:
         with pytest.raises(BundleError, match="missing key 'schedule'"):
             load_bundle(tmp_path)
 
+    @pytest.mark.parametrize("key, value, message", [
+        ("invariants", [1, 2], "invariants: expected a list of strings, got a list of 2"),
+        ("scenario", "x", 'scenario: expected a JSON object, got a string "x"'),
+        ("schedule", "garbage@@", 'schedule: expected a list of strings, got a string "garbage@@"'),
+        ("target", [1], "target: expected a JSON object, got a list of 1"),
+        ("case", 12, "case: expected a string, got the number 12"),
+        ("scenario", {"file": 3}, "scenario.file: expected a string, got the number 3"),
+    ])
+    def test_a_wrongly_typed_member_is_one_line(self, tmp_path: Path, key, value, message):
+        """A hand-edited bundle.json member of the wrong type is one line naming it, before anything reads it."""
+        source = (REPO / "scenarios" / "read-then-answer.toml").read_text(encoding="utf-8")
+        (tmp_path / "scenario.toml").write_text(source, encoding="utf-8")
+        data = {"format": BUNDLE_FORMAT, "case": "read-then-answer::assistant@after-sync#2",
+                "schedule": ["assistant@after-sync#2"], "invariants": ["converges"], "target": {"bugs": []},
+                "scenario": {"file": "scenario.toml"}}
+        (tmp_path / "bundle.json").write_text(json.dumps({**data, key: value}))
+        with pytest.raises(BundleError) as info:
+            load_bundle(tmp_path)
+        assert str(info.value) == f"{tmp_path / 'bundle.json'}: {message}"
+        (tmp_path / "bundle.json").write_text(json.dumps(data))
+        assert load_bundle(tmp_path).data["case"] == data["case"]  # the same bundle, well typed, loads
+
     def test_edited_scenario_is_refused(self, tmp_path: Path):
         """A scenario.toml whose bytes no longer match the recorded sha256 is refused (it is not the same case)."""
         source = (REPO / "scenarios" / "read-then-answer.toml").read_text(encoding="utf-8")
