@@ -1433,17 +1433,21 @@ def _interrupts(ev: Evidence, state: State) -> list[tuple[Fired, _Op]]:
     return out
 
 
-def _durable_aborts(view: LogView | None, state: State) -> list[_Op]:
-    """The operations whose ``abortRequested`` was durable in the log at the last crash — still open then, or
-    already ended aborted — as the final log has them. Once that record is durable an operation ends aborted,
-    whatever else is open (SPEC §14.4 P1, "abort wins over everything below"), and what a script says of its answer,
-    files and effects no longer applies: e.g. a SIGINT answered by ``abortRequested``, then a kill inside the abort
-    or after it (``int:…+tx:N@…``), where the SIGINT is no longer the last word (``_interrupts``)."""
+def _durable_abort(view: LogView | None, state: State) -> tuple[_Op | None, set[str]]:
+    """What the log at the last crash says of aborts: (the latest operation, as the final log has it, if its
+    ``abortRequested`` was durable — still open then, or already ended aborted — else None; the ids of the runs that
+    had already ended aborted). Once that record is durable an operation ends aborted whatever else is open (SPEC
+    §14.4 P1, "abort wins over everything below"): e.g. a SIGINT answered by ``abortRequested``, then a kill inside
+    the abort or after it (``int:…+tx:N@…``), where the SIGINT is no longer the last word (``_interrupts``). A run
+    that ended aborted has no final answer, whatever came after it."""
     if view is None or view.reduction is None:
-        return []
+        return None, set()
     then = view.state()
-    return [state.ops[o] for o in then.order
-            if then.ops[o].abort and then.ops[o].outcome in (None, "aborted") and o in state.ops]
+    ended = {o for o in then.order if then.ops[o].kind == "run" and then.ops[o].outcome == "aborted"}
+    op = then.ops[then.order[-1]] if then.order else None
+    if op is None or not op.abort or op.outcome not in (None, "aborted"):
+        return None, ended
+    return state.ops.get(op.id), ended
 
 
 def outcome(ev: Evidence) -> InvariantResult:
@@ -1461,16 +1465,19 @@ def outcome(ev: Evidence) -> InvariantResult:
     resolved = ev.expect.resolve(reduction, context) if ev.expect is not None else None
     actual = final_outcome(ev, state)
     # Operations that must end aborted whatever the script would have done, each with what is checked and what a
-    # finding says: those a SIGINT hit after the last crash (a user's abort), and those whose abortRequested was
-    # durable at the crash (SPEC §14.4 P1) — unless the scenario's rule for that state was written for an abort (it
-    # names abort-requested) and stands; any other rule, like the defaults, describes a run nobody aborted.
+    # finding says: those a SIGINT hit after the last crash (a user's abort), and the latest one at the crash if its
+    # abortRequested was durable then (SPEC §14.4 P1) — unless the scenario's expectation for that state is written
+    # for an aborted run (its outcome is aborted, or its rule names abort-requested): then it stands, files and
+    # effects included. Any other expectation, like the defaults, describes a run nobody aborted.
     owed: list[tuple[str, str, _Op]] = [
         (f"{fired.fault}: the interrupted {op.kind} operation ended aborted",
          f"SIGINT ({fired.fault}) hit {op.kind} operation {op.id}", op) for fired, op in _interrupts(ev, state)]
-    if resolved is None or "abort-requested" not in resolved.conditions:
-        owed += [(f"abortRequested durable at {decisive}: the {op.kind} operation ended aborted (P1)",
-                  f"abortRequested of {op.kind} operation {op.id} was durable at {decisive} (P1: abort wins)", op)
-                 for op in _durable_aborts(view, state) if all(op is not hit for _, _, hit in owed)]
+    durable, ended_aborted = _durable_abort(view, state)
+    for_an_abort = resolved is not None and (resolved.outcome == "aborted" or "abort-requested" in resolved.conditions)
+    if durable is not None and not for_an_abort and all(durable is not hit for _, _, hit in owed):
+        owed.append((f"abortRequested durable at {decisive}: the {durable.kind} operation ended aborted (P1)",
+                     f"abortRequested of {durable.kind} operation {durable.id} was durable at {decisive} (P1: abort "
+                     "wins)", durable))
     for what, finding, op in owed:
         checked.append(what)
         if op.outcome != "aborted" or not op.abort:
@@ -1483,6 +1490,11 @@ def outcome(ev: Evidence) -> InvariantResult:
         runs = [o for o in state.order if state.ops[o].kind == "run"]  # are moot, and the answer if the last run's
         resolved = replace(resolved, files={}, effects={}, answer=None if runs and runs[-1] in aborted
                            else resolved.answer)
+    if resolved is not None and resolved.answer is not None and not for_an_abort:
+        # The last run had already ended aborted at the crash (a compaction after it, say): no answer can be its.
+        runs = [o for o in state.order if state.ops[o].kind == "run"]
+        if runs and runs[-1] in ended_aborted:
+            resolved = replace(resolved, answer=None)
     if resolved is not None:
         rule = f"rule expect.when[{resolved.rule}] ({', '.join(resolved.conditions)})" if resolved.rule is not None \
             else "the default expectation"

@@ -786,6 +786,42 @@ def test_outcome_expects_an_abort_durable_at_the_crash_to_end_aborted():
                for f in failing(ignored)["outcome"])
 
 
+def test_an_expectation_written_for_an_aborted_run_stands_after_a_durable_abort():
+    """A rule whose outcome is aborted keeps its files and effects after a kill inside the abort: a witnessed effect
+    the rule forbids still fails (the P1 override applies only to expectations of an uninterrupted run)."""
+    log = aborted_log()
+    at_abort = log.data[: log.txs[2][3]]
+    expect = parse_scenario(SCENARIO + '[[expect.when]]\nwhen = "open-attempt"\noutcome = "aborted"\n'
+                            'effects = { call_1 = 0 }\n').expect
+    launches = [LaunchInfo(0, "step", None, killed=True, current=CURRENT), LaunchInfo(1, "resume", 0, current=CURRENT)]
+    writers = {log.txs[i][0]: (0 if i < 3 else 1) for i in range(len(log.txs))}
+    kw = dict(writers=writers, requests=[], launches=launches, expect=expect,
+              kills=[Kill("tx:4@before-write", 0, at_abort, barrier=9)])
+    assert "outcome" not in failing(evidence(log, witness=[], **kw))
+    found = failing(evidence(log, witness=["call_1"], **kw))["outcome"]
+    assert any("effect witnessed 1 time(s), expected 0" in f for f in found)
+
+
+def test_every_sigint_after_the_last_crash_holds_its_operation_to_an_abort():
+    """Two SIGINTs on two runs: each run must end aborted, the second as much as the first."""
+    log = Log()
+    for prompt in ("Deploy.", "Again."):
+        log.run(prompt)
+        log.attempt()
+        log.commit({"kind": "record", "id": log.new_id(), "record": {
+            "type": "abortRequested", "operationId": log.op, "operationKind": "run", "phase": "model",
+            "reason": "escape"}})
+        log.commit({"kind": "record", "id": log.new_id(), "record": {
+            "type": "stepFailed", "operationId": log.op, "stepId": log.step, "attemptId": log.attempt_id,
+            "error": {"code": "aborted", "message": "Operation aborted"}}})
+        log.finish("aborted")
+    # Barrier 3(k-1)+2 is transaction k's after-sync (the evidence helper): each run's stepAttempt.
+    sigints = [oracle.Fired("int", "int:stepAttempt@after-sync#1", 0, barrier=5),
+               oracle.Fired("int", "int:stepAttempt@after-sync#2", 0, barrier=20)]
+    result = oracle.outcome(evidence(log, fired=sigints, requests=[], witness=[], prompts=["Deploy.", "Again."]))
+    assert sum("the interrupted run operation ended aborted" in c for c in result.checked) == 2 and result.ok
+
+
 def test_outcome_forgets_a_sigint_whose_abort_a_kill_cut_short():
     """A kill before the SIGINT's abortRequested was durable leaves nothing to abort: the script's outcome applies."""
     log = good_log()
