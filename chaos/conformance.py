@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import tempfile
@@ -487,12 +488,19 @@ class Implementation:
         self.argv = list(argv)
         self.timeout = timeout
         self.env = dict(os.environ if env is None else env)
+        self._live: set[subprocess.Popen] = set()  # invocations running now (pool threads): what stop() kills
+        self._lock = threading.Lock()
+        self._stopped = False
 
     def run(self, args: Sequence[str]) -> Invocation:
         t0 = time.monotonic()
-        # Its own session, so a timeout kills a wrapper script's children too.
-        proc = subprocess.Popen([*self.argv, *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, env=self.env, start_new_session=True)
+        with self._lock:
+            if self._stopped:  # the run was stopped (Ctrl-C, SIGTERM): no new process
+                return Invocation(None, b"", "stopped", 0.0)
+            # Its own session, so a timeout kills a wrapper script's children too.
+            proc = subprocess.Popen([*self.argv, *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, env=self.env, start_new_session=True)
+            self._live.add(proc)
         try:
             out, err = proc.communicate(timeout=self.timeout)
             code: int | None = proc.returncode
@@ -503,7 +511,21 @@ class Implementation:
                 pass
             out, err = proc.communicate()
             code = None
+        finally:
+            with self._lock:
+                self._live.discard(proc)
         return Invocation(code, out, err.decode("utf-8", "replace"), time.monotonic() - t0)
+
+    def stop(self) -> None:
+        """Start nothing more and SIGKILL the process group of every invocation running now (their threads then
+        see them end at once)."""
+        with self._lock:
+            self._stopped = True
+            for proc in self._live:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
 
     def reduce(self, path: Path) -> Invocation:
         return self.run(["reduce", str(path)])
@@ -517,8 +539,13 @@ def telling_line(stderr: str) -> str:
     ends with its version or a frame, e.g. Node's ``Node.js v20``, below ``Error: Cannot find module …``), else the
     last line; "" when there is none."""
     lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
-    named = [line for line in lines if "error" in line.lower() or "no such file" in line.lower()]
+    # A line that *starts* with an error's name (Error: …, ModuleNotFoundError: …, error: …, fatal: …), not a stack
+    # frame that mentions one (Node's "at new NodeError (node:internal/errors…)").
+    named = [line for line in lines if _ERROR_LINE.match(line) or "no such file" in line.lower()]
     return (named or lines or [""])[-1]
+
+
+_ERROR_LINE = re.compile(r"^([\w.$]*(Error|Exception)|error|fatal)\b", re.IGNORECASE)
 
 
 def parse_output(inv: Invocation, expected_exits: Sequence[int], timeout: float) -> tuple[Any, str | None]:
@@ -598,8 +625,16 @@ def run_conformance(impl: Implementation, corpora: Sequence[Corpus], options: Op
 
         workers = options.jobs or os.cpu_count() or 2
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            for future in [pool.submit(work, n, job) for n, job in enumerate(jobs)]:
-                future.result()
+            try:
+                for future in [pool.submit(work, n, job) for n, job in enumerate(jobs)]:
+                    future.result()
+            except BaseException:
+                # Ctrl-C or SIGTERM (chaos.cli.Stopped) in this thread: the pool's exit would otherwise wait for
+                # every queued check. Queued ones are dropped, running ones killed; the pool then ends in a moment.
+                stop.set()
+                pool.shutdown(wait=False, cancel_futures=True)
+                impl.stop()
+                raise
     failures.sort(key=lambda f: (_rule_key(f.rule), f.signature, f.corpus, f.origin))
     return Report(list(impl.argv), list(tallies.values()), failures, time.monotonic() - t0, stop.is_set(),
                   {"timeout": options.timeout, "reduce": options.reduce, "closedLoop": options.closed_loop,

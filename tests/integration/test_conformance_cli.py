@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ import pytest
 from agent.session.planner import PLANNER_BUGS
 from chaos.campaign import PLANNER_RULES
 from chaos.corpus import DEFAULT_CORPUS, load_corpus
+from tests.integration import gone
 
 REPO = Path(__file__).resolve().parents[2]
 AGENT = f"{sys.executable} -m agent"
@@ -181,6 +184,27 @@ class TestUsage:
         assert len(lines) == 1 and lines[0].startswith("chaos conformance: "), proc.stderr
         assert "Traceback" not in proc.stderr
 
+
+    def test_sigterm_stops_a_run_at_once_and_leaves_no_process(self, tmp_path):
+        """SIGTERM (a CI timeout) mid-corpus: exit 143 within seconds, queued checks dropped, running ones killed."""
+        pids = tmp_path / "pids"
+        impl = script(tmp_path, "slow", f"import json, os, time\nopen({str(pids)!r}, 'a').write(f'{{os.getpid()}}\\n')"
+                                        "\ntime.sleep(0.3)\nprint(json.dumps({'ok': False, 'error': {'code': 'X', "
+                                        "'line': 1}}))\nraise SystemExit(1)\n")
+        proc = subprocess.Popen([sys.executable, "-m", "chaos", "conformance", "--impl", impl], cwd=REPO,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 60
+            while not pids.exists() or len(pids.read_text().split()) < 5:  # the preflight, then checks under way
+                assert time.monotonic() < deadline and proc.poll() is None
+                time.sleep(0.05)
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(30) == 128 + signal.SIGTERM
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert all(gone(int(pid)) for pid in pids.read_text().split())
 
     def test_a_command_that_answers_nothing_stops_at_once(self, tmp_path):
         """A script that cannot start (exit 1, empty stdout) is one usage line naming its error, before the corpus."""

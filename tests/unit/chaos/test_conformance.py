@@ -300,5 +300,10 @@ def test_telling_line_prefers_the_error_to_a_runtime_banner():
     node = "node:internal/modules/cjs/loader:1228\n  throw err;\n\nError: Cannot find module '/x/p.js'\n" \
            "    at Module._resolveFilename (node:internal)\n{\n  code: 'MODULE_NOT_FOUND'\n}\n\nNode.js v20.20.2\n"
     assert telling_line(node) == "Error: Cannot find module '/x/p.js'"
+    framed = node.replace("    at Module._resolveFilename (node:internal)",
+                          "    at new NodeError (node:internal/errors:405)")
+    assert telling_line(framed) == "Error: Cannot find module '/x/p.js'"  # a frame naming an error is no reason
+    python = "Traceback (most recent call last):\n  File \"p.py\"\nModuleNotFoundError: No module named 'x'\n"
+    assert telling_line(python) == "ModuleNotFoundError: No module named 'x'"
     assert telling_line("plain failure\n\n") == "plain failure"
     assert telling_line("") == ""
