@@ -914,7 +914,10 @@ class Campaign:
                         self._dispatch(pool, journal, plan)
             except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Terminated)
                 self.interrupted = True
-                self.stopped = "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
+                # chaos.cli.Stopped (SIGTERM or SIGHUP outside the guard) carries its signal number.
+                signum = getattr(exc, "signum", None)
+                self.stopped = "SIGTERM" if isinstance(exc, Terminated) else \
+                    signal.Signals(signum).name if isinstance(signum, int) else "SIGINT"
                 if plan is None:  # stopped during discovery: record what is planned so far
                     self._write_params(self.plan())
             finally:

@@ -625,7 +625,7 @@ def _die_with_parent(parent: int) -> None:
 
 
 def _ignore(signum, frame) -> None:  # noqa: ARG001 - signal API
-    """A worker's SIGINT and SIGTERM: nothing (see worker_main)."""
+    """A worker's SIGINT, SIGTERM and SIGHUP: nothing (see worker_main)."""
 
 
 def worker_main(config: WorkerConfig, conn: Connection, parent: int, loops: int = 1) -> None:
@@ -641,6 +641,9 @@ def worker_main(config: WorkerConfig, conn: Connection, parent: int, loops: int 
     # exec'd processes would start deaf to SIGINT (its `int` faults) and SIGTERM; a handler is reset to the default.
     signal.signal(signal.SIGINT, _ignore)
     signal.signal(signal.SIGTERM, _ignore)
+    # And a hang-up (the terminal closed): the campaign stops on it (chaos.cli.Stopped) and closes its pool, so each
+    # worker sweeps what it launched; killed by the default action, it would leave its exec'd target running.
+    signal.signal(signal.SIGHUP, _ignore)
     ctx = Context(config)
     jobs: dict[str, Callable[..., dict[str, Any]]] = {
         "baseline": lambda name: discover_baseline(ctx, name),

@@ -191,3 +191,36 @@ def test_a_campaign_workers_exec_d_target_starts_hearing_sigint_and_sigterm(tmp_
                     str(tmp_path / "out"), "--workers", "1"], capture_output=True, timeout=300, cwd=tmp_path)
     ignored = int(seen.read_text(), 16)
     assert not ignored & (1 << (2 - 1)) and not ignored & (1 << (15 - 1)), f"SigIgn {ignored:#x}"
+
+
+def test_a_hang_up_stops_a_campaign_and_its_exec_d_target(tmp_path):
+    """SIGHUP to a campaign's process group (its terminal closed): its workers hear it as the campaign does, so the
+    campaign stops cleanly (exit 129, "stopped": "SIGHUP") and the target it exec'd is gone with it."""
+    import json
+    import signal
+
+    from tests.integration import gone
+
+    pids = tmp_path / "pids"
+    script = tmp_path / "hung.py"
+    script.write_text("import os, subprocess, time\nchild = subprocess.Popen(['sleep', '300'])\n"
+                      f"open({str(pids)!r}, 'a').write(f'{{os.getpid()}} {{child.pid}}\\n')\ntime.sleep(300)\n")
+    target = tmp_path / "t.toml"
+    target.write_text(f'name = "hung"\ncommand = ["{sys.executable}", "{script}"]\n')
+    scenario = Path(__file__).resolve().parents[2] / "scenarios" / "single-read.toml"
+    proc = subprocess.Popen([sys.executable, "-m", "chaos", "campaign", str(scenario), "--target", str(target),
+                             "--out", str(tmp_path / "out"), "--name", "c"], cwd=tmp_path, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not pids.exists() or not pids.read_text().strip():
+            assert time.monotonic() < deadline and proc.poll() is None, "the target never started"
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGHUP)
+        assert proc.wait(60) == 128 + signal.SIGHUP
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert all(gone(int(pid)) for pid in pids.read_text().split())
+    assert json.loads((tmp_path / "out" / "c" / "campaign.json").read_text())["stopped"] == "SIGHUP"
