@@ -1610,7 +1610,11 @@ def write_merged(dirs: Sequence[str | Path], out: str | Path, *, force: bool = F
     """``chaos report merge``'s data side: the merged journal, ``campaign.json`` and ``result.json`` in ``out``."""
     result = merge_journals(dirs, force=force)
     out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+    try:
+        occupied = out.exists() and (not out.is_dir() or any(out.iterdir()))
+    except OSError as exc:  # a directory we may not list: not ours to write into either
+        raise CampaignError(f"--out {out}: cannot read the directory: {exc.strerror}") from None
+    if occupied:
         # A new directory only (as --help says): a file, or a user's summary.json/index.html, is never replaced.
         what = "is not a directory" if not out.is_dir() else (
             "already holds a journal" if (out / JOURNAL).exists() else "is not empty")

@@ -56,24 +56,28 @@ _STOPPED: list[int] = []  # the stopping signals received, in order (the first d
 
 
 def _stop(signum, frame) -> None:  # noqa: ARG001 - signal API
+    import signal
+
     _STOPPED.append(signum)
-    if len(_STOPPED) == 1:  # once: a second signal must not interrupt the clean-up the first one started
-        raise Stopped(signum)
+    if len(_STOPPED) == 1:  # once: a later signal must not interrupt the clean-up the first one started
+        # SIGINT as Python's own handler would (a plain KeyboardInterrupt); noted here so that a SIGTERM after it
+        # (a CI runner's cancel sends both) does not raise again inside the clean-up.
+        raise KeyboardInterrupt if signum == signal.SIGINT else Stopped(signum)
 
 
-def _stop_on_signals() -> dict:
+def _stop_on_signals(previous: dict) -> None:
     """Install ``_stop`` for SIGTERM and SIGHUP where they have their default action (not an inherited SIG_IGN:
-    ``nohup`` keeps its meaning), in the main thread only; the previous handlers, to restore."""
+    ``nohup`` keeps its meaning) and for SIGINT where Python's own handler is in place, in the main thread only;
+    the previous handlers go into ``previous``, to restore."""
     import signal
     import threading
 
     if threading.current_thread() is not threading.main_thread():
-        return {}
-    previous = {}
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        if signal.getsignal(sig) == signal.SIG_DFL:
+        return
+    for sig, default in ((signal.SIGTERM, signal.SIG_DFL), (signal.SIGHUP, signal.SIG_DFL),
+                         (signal.SIGINT, signal.default_int_handler)):
+        if signal.getsignal(sig) == default:
             previous[sig] = signal.signal(sig, _stop)
-    return previous
 
 
 class _Main(click.Group):
@@ -90,8 +94,9 @@ class _Main(click.Group):
             click.echo("chaos: an argument contains a NUL byte", err=True)
             sys.exit(2)
         _STOPPED.clear()
-        previous = _stop_on_signals()
+        previous: dict = {}
         try:
+            _stop_on_signals(previous)  # inside: a signal meanwhile is handled like one a moment later
             return super().main(args, *rest, **kwargs)
         except SystemExit:
             if _STOPPED:  # click reported the Stopped as an abort (exit 1): the signal's status instead
@@ -592,7 +597,7 @@ def show_command(log: str) -> None:
     except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
         _fail_usage([f"chaos show: {log}: {getattr(exc, 'strerror', None) or exc}"])
     first = data.split(b"\n", 1)[0]
-    if data and b"\n" in data:
+    if data:  # (an empty file is shown as one: "no header line")
         # A log the reducer rejects is still shown (that is what it is for); a file whose first line is no header at
         # all (a scenario, a binary, a pretty-printed JSON file, a campaign's journal) is not a session log.
         try:

@@ -600,7 +600,7 @@ def run_conformance(impl: Implementation, corpora: Sequence[Corpus], options: Op
                              + sorted(r for r in c.rules() if r not in PLANNER_RULES),
                              rules_missing=[r for r in PLANNER_RULES if r not in c.rules()]) for c in corpora}
     if jobs:
-        _preflight(impl, jobs[0][1], jobs[0][2], options)
+        _preflight(impl, jobs, options)
     failures: list[Failure] = []
     lock = threading.Lock()
     stop = threading.Event()
@@ -641,25 +641,33 @@ def run_conformance(impl: Implementation, corpora: Sequence[Corpus], options: Op
                    "bound": options.bound, "failFast": options.fail_fast})
 
 
-def _preflight(impl: Implementation, prefix: Prefix, checks: Sequence[PlanCheck], options: Options) -> None:
-    """Ask the implementation about the first prefix once before the corpus: a command that answers nothing at all
-    (a non-zero exit with empty stdout: a missing script, an interpreter that cannot load it) would otherwise fail
-    every check, one process start each, for a minute or more. ``ConformanceError`` (a usage error) then; any answer,
-    right or wrong, lets the run go on and be judged."""
-    if not options.reduce and not checks:
-        return
+def _preflight(impl: Implementation, jobs: Sequence[tuple[Corpus, Prefix, list[PlanCheck]]],
+               options: Options) -> None:
+    """Ask the implementation about the first and the last prefix once before the corpus: a command that answers
+    nothing at all to either (a non-zero exit with empty stdout: a missing script, an interpreter that cannot load
+    it) would otherwise fail every check, one process start each, for a minute or more. Two different inputs failing
+    the same way is the command, not its answer to one log (that one is judged like any other). ``ConformanceError``
+    (a usage error) then; any answer, right or wrong, lets the run go on."""
+    asked = []
     with tempfile.TemporaryDirectory(prefix="chaos-conformance-") as tmp:
-        log = Path(tmp) / "prefix.jsonl"
-        log.write_bytes(prefix.data)
-        if options.reduce:
-            inv, asked = impl.reduce(log), "reduce FILE"
-        else:
-            current = Path(tmp) / "current.json"
-            current.write_text(json.dumps(checks[0].current), encoding="utf-8")
-            inv, asked = impl.plan(log, current), "plan FILE CURRENT.json"
-    if inv.returncode not in (None, 0) and not inv.stdout.strip():
-        why = telling_line(inv.stderr)
-        raise ConformanceError(f"--impl: `{' '.join(impl.argv)} {asked}` exited {inv.returncode} and printed nothing"
+        for n, index in enumerate(dict.fromkeys((0, len(jobs) - 1))):
+            _, prefix, checks = jobs[index]
+            if not options.reduce and not checks:
+                continue
+            log = Path(tmp) / f"prefix-{n}.jsonl"
+            log.write_bytes(prefix.data)
+            if options.reduce:
+                inv, question = impl.reduce(log), "reduce FILE"
+            else:
+                current = Path(tmp) / f"current-{n}.json"
+                current.write_text(json.dumps(checks[0].current), encoding="utf-8")
+                inv, question = impl.plan(log, current), "plan FILE CURRENT.json"
+            if inv.returncode in (None, 0) or inv.stdout.strip():
+                return  # an answer: the run is judged
+            asked.append((question, inv.returncode, telling_line(inv.stderr)))
+    if asked and len({(code, why) for _, code, why in asked}) == 1:
+        question, code, why = asked[0]
+        raise ConformanceError(f"--impl: `{' '.join(impl.argv)} {question}` exited {code} and printed nothing"
                                f" on stdout{f': {why}' if why else ''} (is the command right?)")
 
 

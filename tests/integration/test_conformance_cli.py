@@ -219,6 +219,14 @@ class TestUsage:
         judged = chaos("conformance", "--impl", answers, "--rule", "P0", "--sample", "1", "--no-closed-loop",
                        timeout=300)
         assert judged.returncode == 1 and "FAIL" in judged.stdout, judged.stdout + judged.stderr
+        # Crashing on one input only (here: the first it is given) is an answer to that log, judged as a failure.
+        first = tmp_path / "first"
+        once = script(tmp_path, "once", f"import os, sys\nif not os.path.exists({str(first)!r}):\n"
+                                        f"    open({str(first)!r}, 'w').close()\n    sys.exit('Error: crashed')\n"
+                                        "print('{}')\nraise SystemExit(1)\n")
+        judged = chaos("conformance", "--impl", once, "--rule", "P0", "--sample", "1", "--no-closed-loop",
+                       timeout=300)
+        assert judged.returncode == 1 and "FAIL" in judged.stdout, judged.stdout + judged.stderr
 
     def test_corpus_build_usage(self, tmp_path):
         """`chaos corpus build` without --out, or into a non-empty directory, is one line and exit 2."""

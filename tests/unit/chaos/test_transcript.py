@@ -88,7 +88,8 @@ def test_chaos_show_prints_a_log_and_refuses_a_missing_file_in_one_line(tmp_path
 
 
 @pytest.mark.parametrize("content", [b"name = 'x'\n[workspace]\n", b"\x7fELF\x02\x01\x01\x00\n\x00\x00",
-                                     b'{\n "options": {}\n}\n', b'{"id": "s::tx:1@after-sync", "status": "pass"}\n'])
+                                     b'{\n "options": {}\n}\n', b'{"id": "s::tx:1@after-sync", "status": "pass"}\n',
+                                     b"no newline at all"])
 def test_chaos_show_refuses_a_file_that_is_not_a_session_log_in_one_line(tmp_path, content):
     """A scenario, a binary, a pretty-printed JSON file or a journal: one line, exit 2, not a line-by-line dump."""
     path = tmp_path / "f"
