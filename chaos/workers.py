@@ -625,7 +625,7 @@ def _die_with_parent(parent: int) -> None:
 
 
 def _ignore(signum, frame) -> None:  # noqa: ARG001 - signal API
-    """A worker's SIGINT, SIGTERM and SIGHUP: nothing (see worker_main)."""
+    """A worker's SIGHUP: nothing (see worker_main)."""
 
 
 def worker_main(config: WorkerConfig, conn: Connection, parent: int, loops: int = 1) -> None:
@@ -636,13 +636,15 @@ def worker_main(config: WorkerConfig, conn: Connection, parent: int, loops: int 
 
     _die_with_parent(parent)
     set_loops(loops)
-    # Ctrl-C is the campaign's to handle, not each worker's; idem a CI runner's SIGTERM to the process group. A
-    # handler that does nothing, not SIG_IGN: an ignored signal stays ignored across exec (POSIX), so a target's
-    # exec'd processes would start deaf to SIGINT (its `int` faults) and SIGTERM; a handler is reset to the default.
-    signal.signal(signal.SIGINT, _ignore)
-    signal.signal(signal.SIGTERM, _ignore)
-    # And a hang-up (the terminal closed): the campaign stops on it (chaos.cli.Stopped) and closes its pool, so each
-    # worker sweeps what it launched; killed by the default action, it would leave its exec'd target running.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the campaign's to handle, not each worker's
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # idem for a CI runner's SIGTERM to the process group
+    # (SIG_IGN stays ignored across exec (POSIX): a target a worker execs starts deaf to SIGINT and SIGTERM. A no-op
+    # handler instead, reset to the default by exec, was tried: the concurrent-resume probe campaign then failed
+    # more properties than it expects in 1 of 3 loaded runs, against 0 of 7 with SIG_IGN; not understood yet, so not
+    # changed — docs/targets.md, 'Signals (a known limit)'.)
+    # A hang-up (the terminal closed): the campaign stops on it (chaos.cli.Stopped) and closes its pool, so each
+    # worker sweeps what it launched; killed by the default action, it would leave its exec'd target running. A
+    # handler, not SIG_IGN: exec'd targets keep the default SIGHUP they always had.
     signal.signal(signal.SIGHUP, _ignore)
     ctx = Context(config)
     jobs: dict[str, Callable[..., dict[str, Any]]] = {

@@ -176,23 +176,6 @@ def test_run_bounded_leaves_nothing_of_its_command_running(tmp_path):
     assert gone(int(pidfile.read_text()))
 
 
-def test_a_campaign_workers_exec_d_target_starts_hearing_sigint_and_sigterm(tmp_path):
-    """A worker ignores SIGINT/SIGTERM with a handler, not SIG_IGN (which exec keeps): a target it launches starts
-    with both at their default, so an `int` fault and a SIGTERM reach it."""
-    seen = tmp_path / "sigign"
-    script = tmp_path / "target.py"
-    script.write_text(f"import pathlib\nstatus = pathlib.Path('/proc/self/status').read_text()\n"
-                      f"pathlib.Path({str(seen)!r}).write_text(status.split('SigIgn:')[1].split()[0])\n"
-                      "raise SystemExit(1)\n")
-    target = tmp_path / "t.toml"
-    target.write_text(f'name = "t"\ncommand = ["{sys.executable}", "{script}"]\n')
-    scenario = Path(__file__).resolve().parents[2] / "scenarios" / "single-read.toml"
-    subprocess.run([sys.executable, "-m", "chaos", "campaign", str(scenario), "--target", str(target), "--out",
-                    str(tmp_path / "out"), "--workers", "1"], capture_output=True, timeout=300, cwd=tmp_path)
-    ignored = int(seen.read_text(), 16)
-    assert not ignored & (1 << (2 - 1)) and not ignored & (1 << (15 - 1)), f"SigIgn {ignored:#x}"
-
-
 def test_a_hang_up_stops_a_campaign_and_its_exec_d_target(tmp_path):
     """SIGHUP to a campaign's process group (its terminal closed): its workers hear it as the campaign does, so the
     campaign stops cleanly (exit 129, "stopped": "SIGHUP") and the target it exec'd is gone with it."""
