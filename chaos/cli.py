@@ -59,10 +59,12 @@ def _stop(signum, frame) -> None:  # noqa: ARG001 - signal API
     import signal
 
     _STOPPED.append(signum)
-    if len(_STOPPED) == 1:  # once: a later signal must not interrupt the clean-up the first one started
-        # SIGINT as Python's own handler would (a plain KeyboardInterrupt); noted here so that a SIGTERM after it
-        # (a CI runner's cancel sends both) does not raise again inside the clean-up.
-        raise KeyboardInterrupt if signum == signal.SIGINT else Stopped(signum)
+    if signum == signal.SIGINT:
+        # As Python's own handler: a plain KeyboardInterrupt, every time (a person's second Ctrl-C still insists).
+        # Noted, so that a SIGTERM after it (a CI runner's cancel sends both) does not interrupt the clean-up.
+        raise KeyboardInterrupt
+    if len(_STOPPED) == 1:  # once: a later SIGTERM/SIGHUP must not interrupt the clean-up the first one started
+        raise Stopped(signum)
 
 
 def _stop_on_signals(previous: dict) -> None:
