@@ -22,10 +22,8 @@ def read_input(path: str | Path) -> bytes:
         if stat.S_ISDIR(mode):
             raise IsADirectoryError(errno.EISDIR, "is a directory", str(path))
         if not stat.S_ISREG(mode):
-            kind = "a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) \
-                else "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
-            raise OSError(errno.EINVAL, f"not a regular file ({kind})" if kind != "not a regular file" else kind,
-                          str(path))
+            kind = next((name for test, name in _KINDS if test(mode)), None)
+            raise OSError(errno.EINVAL, f"not a regular file ({kind})" if kind else "not a regular file", str(path))
         os.set_blocking(fd, True)
         chunks = []
         while chunk := os.read(fd, 1 << 20):
@@ -33,3 +31,7 @@ def read_input(path: str | Path) -> bytes:
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"),
+          (stat.S_ISSOCK, "a socket"))

@@ -638,10 +638,10 @@ def worker_main(config: WorkerConfig, conn: Connection, parent: int, loops: int 
     set_loops(loops)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the campaign's to handle, not each worker's
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # idem for a CI runner's SIGTERM to the process group
-    # (SIG_IGN stays ignored across exec (POSIX): a target a worker execs starts deaf to SIGINT and SIGTERM. A no-op
-    # handler instead, reset to the default by exec, was tried: the concurrent-resume probe campaign then failed
-    # more properties than it expects in 1 of 3 loaded runs, against 0 of 7 with SIG_IGN; not understood yet, so not
-    # changed — docs/targets.md, 'Signals (a known limit)'.)
+    # SIG_IGN stays ignored across exec (POSIX): a target a worker execs starts deaf to SIGINT and SIGTERM. A no-op
+    # handler instead (exec resets it to the default) was tried: the concurrent-resume probe campaign then failed
+    # more properties than it expects in 1 of 3 loaded runs, against 0 of 7 with SIG_IGN. Not understood yet, so
+    # not changed: docs/targets.md, "Signals (a known limit)".
     # A hang-up (the terminal closed): the campaign stops on it (chaos.cli.Stopped) and closes its pool, so each
     # worker sweeps what it launched; killed by the default action, it would leave its exec'd target running. A
     # handler, not SIG_IGN: exec'd targets keep the default SIGHUP they always had.
