@@ -79,8 +79,10 @@ def test_proc_info_reads_what_psutil_reads(tmp_path):
     ]
     zombie = subprocess.Popen(["true"])
     try:
+        # Exec sets the new name before it copies the arguments into the new address space: until both are there,
+        # /proc/PID/cmdline reads empty (a window a loaded machine makes visible).
         assert until(lambda: all(_psutil_view(p.pid) and _psutil_view(p.pid)[0] not in ("bash", "python3")
-                                  for p in procs))
+                                  and proc_info(p.pid).cmdline != () for p in procs))
         assert until(lambda: psutil.Process(zombie.pid).status() == psutil.STATUS_ZOMBIE)
         assert proc_info(procs[0].pid).name == long_name.name
         assert proc_info(procs[0].pid).cmdline[-3:] == ("a\nb", "c\nd", "")
