@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from agent.errors import AgentError
 from agent.provider import DEFAULT_BASE_URL, DEFAULT_TIMEOUT, ChatClient, ProviderError, split_base_url
 from agent.session import digests
-from agent.tools import DEFAULT_BASH_TIMEOUT, TOOL_NAMES, ToolRunner, declaration, definition
+from agent.tools import DEFAULT_BASH_TIMEOUT, TOOL_NAMES, ToolRunner, declaration, definition, request_elements
 
 ADAPTER_IDENTITY = "openai:chat-completions:v1"  # §8.4: bump the suffix when request building/mapping changes meaning
 DEFAULT_PROVIDER = "openai"
@@ -186,7 +186,7 @@ def load_config(*, workspace, model: str | None = None, base_url: str | None = N
 
 def tool_elements(config: AgentConfig) -> list[dict]:
     """The request's ``tools`` array: one definition per enabled tool, in canonical order."""
-    return [definition(name) for name in config.tools]
+    return request_elements(config.tools)
 
 
 def declarations(config: AgentConfig) -> dict[str, dict]:
