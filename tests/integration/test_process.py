@@ -178,6 +178,38 @@ def test_run_bounded_leaves_nothing_of_its_command_running(tmp_path):
     assert gone(int(pidfile.read_text()))
 
 
+def _stop_a_campaign_of(tmp_path: Path, script: str, ready, sig) -> None:
+    """Run `chaos campaign` over a target that runs ``script`` (Python), with SIGINT and SIGTERM at their defaults
+    whatever this test runner was started with (a background job ignores SIGINT); once ``ready()``, send ``sig`` to
+    the campaign's process group and assert it stopped on it (exit 128 + sig)."""
+    import signal
+
+    program = tmp_path / "target.py"
+    program.write_text(script)
+    target = tmp_path / "t.toml"
+    target.write_text(f'name = "t"\ncommand = ["{sys.executable}", "{program}"]\n')
+    scenario = Path(__file__).resolve().parents[2] / "scenarios" / "single-read.toml"
+
+    def defaults():
+        for default in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(default, signal.SIG_DFL)
+
+    proc = subprocess.Popen([sys.executable, "-m", "chaos", "campaign", str(scenario), "--target", str(target),
+                             "--out", str(tmp_path / "out"), "--name", "c"], cwd=tmp_path, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=defaults)
+    try:
+        deadline = time.monotonic() + 60
+        while not ready():
+            assert time.monotonic() < deadline and proc.poll() is None, "the target never started"
+            time.sleep(0.05)
+        os.killpg(proc.pid, sig)
+        assert proc.wait(60) == 128 + sig
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
 def test_a_hang_up_stops_a_campaign_and_its_exec_d_target(tmp_path):
     """SIGHUP to a campaign's process group (its terminal closed): its workers hear it as the campaign does, so the
     campaign stops cleanly (exit 129, "stopped": "SIGHUP") and the target it exec'd is gone with it."""
@@ -187,25 +219,22 @@ def test_a_hang_up_stops_a_campaign_and_its_exec_d_target(tmp_path):
     from tests.integration import gone
 
     pids = tmp_path / "pids"
-    script = tmp_path / "hung.py"
-    script.write_text("import os, subprocess, time\nchild = subprocess.Popen(['sleep', '300'])\n"
-                      f"open({str(pids)!r}, 'a').write(f'{{os.getpid()}} {{child.pid}}\\n')\ntime.sleep(300)\n")
-    target = tmp_path / "t.toml"
-    target.write_text(f'name = "hung"\ncommand = ["{sys.executable}", "{script}"]\n')
-    scenario = Path(__file__).resolve().parents[2] / "scenarios" / "single-read.toml"
-    proc = subprocess.Popen([sys.executable, "-m", "chaos", "campaign", str(scenario), "--target", str(target),
-                             "--out", str(tmp_path / "out"), "--name", "c"], cwd=tmp_path, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 60
-        while not pids.exists() or not pids.read_text().strip():
-            assert time.monotonic() < deadline and proc.poll() is None, "the target never started"
-            time.sleep(0.05)
-        os.killpg(proc.pid, signal.SIGHUP)
-        assert proc.wait(60) == 128 + signal.SIGHUP
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    _stop_a_campaign_of(tmp_path, "import os, subprocess, time\nchild = subprocess.Popen(['sleep', '300'])\n"
+                        f"open({str(pids)!r}, 'a').write(f'{{os.getpid()}} {{child.pid}}\\n')\ntime.sleep(300)\n",
+                        lambda: pids.exists() and pids.read_text().strip(), signal.SIGHUP)
     assert all(gone(int(pid)) for pid in pids.read_text().split())
     assert json.loads((tmp_path / "out" / "c" / "campaign.json").read_text())["stopped"] == "SIGHUP"
+
+
+def test_a_campaign_starts_its_exec_d_target_with_default_interrupt_and_terminate(tmp_path):
+    """A target a campaign worker execs starts with SIGINT and SIGTERM at their defaults, as under `chaos run`: an
+    ``int`` fault reaches a program that installs no handler of its own (the worker does not ignore them)."""
+    import signal
+
+    status = tmp_path / "status"
+    _stop_a_campaign_of(tmp_path, "import os, time\nlines = open('/proc/self/status').read().splitlines()\n"
+                        f"open({str(status) + '.tmp'!r}, 'w').write('\\n'.join(l for l in lines if l[:3] == 'Sig'))\n"
+                        f"os.rename({str(status) + '.tmp'!r}, {str(status)!r})\ntime.sleep(300)\n",
+                        status.exists, signal.SIGTERM)
+    ignored = int(dict(line.split(":") for line in status.read_text().splitlines())["SigIgn"], 16)
+    assert not ignored & (1 << (signal.SIGINT - 1)) and not ignored & (1 << (signal.SIGTERM - 1))
