@@ -228,7 +228,6 @@ def run_command(scenario: str, kills: tuple[str, ...], target_file, agent_bugs: 
                 launcher, keep: bool, reports_dir: str, case_timeout: float) -> None:
     """Run the crash-free baseline, then each case; exit 0 when all hold, 1 when one did not, 2 on usage errors."""
     loaded = _load_scenario_or_exit(scenario)
-    _output_directory("run", "--reports", reports_dir)
     from chaos.faults import FaultSyntaxError, format_schedule, parse_schedule
 
     from chaos.target import is_probe
@@ -246,6 +245,7 @@ def run_command(scenario: str, kills: tuple[str, ...], target_file, agent_bugs: 
             _fail_usage([f"--kill {text!r}: empty schedule"])
         schedules.append(format_schedule(parsed))
     target = _target_or_exit(target_file, agent_bugs, planner_cmd, planner_scope, launcher)
+    _output_directory("run", "--reports", reports_dir)  # once the command line holds: a refused one makes nothing
 
     import time
     from pathlib import Path
@@ -315,6 +315,7 @@ def _run_probe_scenario(loaded, kills: tuple[str, ...], keep: bool, reports_dir:
             _fail_usage([f"--kill {text!r}: {refused[0]}"])
         schedules.append(format_schedule(parsed))
     _require_environment(loaded)
+    _output_directory("run", "--reports", reports_dir)
     out = verdict.console()
     work = Path(reports_dir).resolve() / f"{case_slug(loaded.name)}-{time.strftime('%Y%m%d-%H%M%S')}"
     work.mkdir(parents=True, exist_ok=True)

@@ -110,6 +110,14 @@ class TestOutputDirectories:
         assert line.endswith(f"{afile}: exists and is not a directory"), line
         assert afile.read_text() == "x"
 
+    @pytest.mark.parametrize("scenario", [GREETING, REPO / "tests" / "integration" / "frameworks" / "workflow.toml"])
+    def test_a_refused_command_line_makes_no_reports_directory(self, tmp_path, scenario):
+        """A ``chaos run`` whose --kill is refused (bundled agent or probe scenario) leaves no --reports behind."""
+        reports = tmp_path / "reports"
+        line = one_line_error(["run", scenario, "--kill", "bogus@@", "--reports", reports])
+        assert line.startswith("--kill 'bogus@@':"), line
+        assert not reports.exists()
+
 
 class TestInputsThatAreNotFiles:
     @pytest.mark.parametrize("args", [["killpoints", "{fifo}"], ["run", "{fifo}"], ["show", "{fifo}"],
