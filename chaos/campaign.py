@@ -65,6 +65,7 @@ from chaos.journal import (
     CampaignLock,
     Journal,
     JournalError,
+    campaign_problems,
     read_campaign,
     read_journal,
     read_lines,
@@ -1173,16 +1174,8 @@ def _target_problems(target: Target, where: str) -> list[str]:
 def resumed_options(params: Mapping[str, Any], directory: Path) -> CampaignOptions:
     """The options of the campaign in ``directory`` (its ``campaign.json`` already read as ``params``), checked as
     a new campaign's are: one ``CampaignError`` line per wrongly typed or inconsistent value, never a traceback."""
-    from chaos import shapes
-
     where = str(directory / CAMPAIGN)
-    # The other top-level members the engine reads back on resume, and their types.
-    members = {"sessions": list, "elapsed": float, "plan": dict, "baselines": dict, "command": list, "name": str,
-               "started": str, "versions": dict}
-    problems = [f"{where}: {key}: expected {shapes.expected(kind)}, got {shapes.describe(params[key])}"
-                for key, kind in members.items() if key in params and not shapes.fits(params[key], kind)]
-    if not problems and not all(isinstance(s, dict) for s in params.get("sessions", [])):
-        problems.append(f"{where}: sessions: expected a list of JSON objects")
+    problems = campaign_problems(params, where)  # the other members (as read_campaign checks them)
     if "options" not in params:
         problems.append(f"{where}: options: required key is missing")
     else:

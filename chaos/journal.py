@@ -256,4 +256,37 @@ def read_campaign(directory: str | Path) -> dict[str, Any]:
         raise JournalError(f"{path}: cannot read campaign parameters: {exc}") from None
     if not isinstance(value, dict):
         raise JournalError(f"{path}: campaign parameters must be a JSON object")
+    problems = campaign_problems(value, str(path))
+    if problems:
+        raise JournalError("\n".join(problems))
     return value
+
+
+# What the readers of campaign.json (render, history, merge, --resume) assume of the members they read, checked
+# once here: a hand-edited, truncated-and-retyped or foreign file is one line per wrong member, not a traceback in
+# whichever reader meets it first. "options" is checked field by field by CampaignOptions.from_json.
+_MEMBERS: dict[str, Any] = {
+    "options": dict, "name": str, "started": str, "command": list[str], "elapsed": float, "sessions": list[dict],
+    "plan": dict, "baselines": dict[str, dict], "discovery": dict[str, dict[str, int]], "versions": dict[str, str],
+    "replayed": list[str], "scenario_names": list[str], "stopped": str | None, "merged_from": list[str],
+}
+_PLAN: dict[str, Any] = {"cases": int | None, "points": dict[str, int], "recovery": dict[str, int]}
+_BASELINE: dict[str, Any] = {"file": str | None, "ok": bool | None, "problems": list | None, "why": list | None,
+                             "case_dirs": list | None}
+
+
+def campaign_problems(params: Mapping[str, Any], where: str) -> list[str]:
+    """One line per member of ``params`` (campaign.json, read) whose value is not of the type its readers assume."""
+    from chaos import shapes
+
+    def check(value: Mapping[str, Any], table: Mapping[str, Any], at: str) -> list[str]:
+        return [f"{at}{key}: expected {shapes.expected(kind)}, got {shapes.describe(value[key])}"
+                for key, kind in table.items() if key in value and not shapes.fits(value[key], kind)]
+
+    problems = check(params, _MEMBERS, f"{where}: ")
+    if problems:
+        return problems
+    problems += check(params.get("plan", {}), _PLAN, f"{where}: plan.")
+    for name, baseline in params.get("baselines", {}).items():
+        problems += check(baseline, _BASELINE, f"{where}: baselines.{name}.")
+    return problems

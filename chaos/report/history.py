@@ -349,7 +349,8 @@ def rebuild(out: str | Path) -> dict[str, Any]:
     """``chaos report history OUT_DIR``: refresh the run of every campaign directory under ``out`` (oldest first),
     keep runs whose directory is gone, and re-render ``index.html``. ``ValueError`` when there is none at all."""
     from chaos.campaign import RESULT, build_result
-    from chaos.journal import JOURNAL, JournalError, read_campaign, read_journal
+    from chaos.errors import ChaosError
+    from chaos.journal import JOURNAL, read_campaign, read_journal
 
     out = Path(out)
     if not out.is_dir():  # never created by a typo: a history lives in an --out directory that exists
@@ -361,12 +362,15 @@ def rebuild(out: str | Path) -> dict[str, Any]:
             params = read_campaign(directory)
             records = read_journal(directory / JOURNAL)
             previous = json.loads((directory / RESULT).read_text(encoding="utf-8"))
-        except (JournalError, OSError, ValueError):
-            continue  # not finished (no result.json) or unreadable: not a run to compare with
-        if params.get("merged_from"):
-            continue  # a merge is a view of shards, not a run
-        result = build_result(params, records, duration=float(previous.get("duration") or 0.0),
-                              interrupted=bool(previous.get("interrupted")))
+            if params.get("merged_from") or not isinstance(previous, dict):
+                continue  # a merge is a view of shards, not a run; a result.json that is not one is no run
+            duration = previous.get("duration")
+            result = build_result(params, records, interrupted=bool(previous.get("interrupted")),
+                                  duration=float(duration) if isinstance(duration, (int, float)) else 0.0)
+        except (ChaosError, OSError, ValueError):
+            # Not finished (no result.json), unreadable, or a campaign.json edited out of shape (JournalError,
+            # CampaignError): not a run to compare with.
+            continue
         names = params.get("scenario_names") or sorted((params.get("baselines") or {}))
         found.append((str(params.get("started", "")), directory, result,
                       series_of((params.get("options") or {}).get("target"), names)))

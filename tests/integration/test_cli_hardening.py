@@ -218,6 +218,26 @@ class TestResumeInput:
             f"{where}.scenarios: expected a list of strings, got a string \"x.toml\"",
         ])
 
+    @pytest.mark.parametrize("member, value, message", [
+        ("plan", [], "plan: expected a JSON object, got a list of 0"),
+        ("versions", "x", "versions: expected a JSON object of strings, got a string \"x\""),
+        ("discovery", {"baselines": 1}, "discovery: expected a JSON object of a JSON object of integers, got"),
+        ("plan", {"cases": "7"}, "plan.cases: expected an integer or null, got a string \"7\""),
+        ("baselines", {"greeting": {"problems": 5}}, "baselines.greeting.problems: expected a list or null, got"),
+    ])
+    def test_a_member_out_of_shape_is_one_line_for_every_reader(self, tmp_path, member, value, message):
+        """A campaign.json member (or a member of its plan or a baseline) of the wrong type: `report render` and
+        `--resume` say so in one line, exit 2, and `report history` passes over that run."""
+        directory = resumable(tmp_path)
+        params = json.loads((directory / "campaign.json").read_text())
+        write_campaign(directory, {**params, member: value})
+        where = f"{directory / 'campaign.json'}: "
+        for args in (["report", "render", directory], ["campaign", "--resume", directory]):
+            line = one_line_error(args)
+            assert line.startswith(where + message), line
+        (directory / "result.json").write_text("{}")  # finished, as far as history can tell: passed over all the same
+        assert one_line_error(["report", "history", tmp_path]).endswith("no campaign directory with a result here")
+
     def test_options_that_are_not_an_object_are_one_line(self, tmp_path):
         """campaign.json whose options are a list is one line, exit 2."""
         directory = tmp_path / "c"
