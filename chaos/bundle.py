@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.errors import ChaosError
-from chaos.files import write_atomic
+from chaos.files import read_json, write_atomic
 from chaos.status import FAIL, PASS
 
 BUNDLE_FORMAT = "killpoint-bundle/1"
@@ -188,7 +188,7 @@ def write_bundle(
     failures_json = [_failure_json(f) for f in failures]
     if not failures_json:
         raise BundleError(f"{case_id}: a bundle is for a failing case; no failed invariant was given")
-    result = _read_json(case_dir / "result.json") or {}
+    result = read_json(case_dir / "result.json") or {}
     data = {
         "format": BUNDLE_FORMAT,
         "case": case_id,
@@ -219,12 +219,6 @@ def write_bundle(
     (dest / "README.md").write_text(_readme(data), encoding="utf-8")
     return dest
 
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
 
 
 def equivalent_run_command(data: Mapping[str, Any], scenario_path: str = "scenario.toml") -> str:
@@ -368,7 +362,7 @@ def load_bundle(path: str | Path) -> Bundle:
         data = json.loads(meta.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise BundleError(f"{meta}: missing (not a repro bundle folder)") from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:  # RecursionError: [[[… nested deep
         raise BundleError(f"{meta}: unreadable: {exc}") from None
     if not isinstance(data, dict) or data.get("format") != BUNDLE_FORMAT:
         raise BundleError(f"{meta}: not a {BUNDLE_FORMAT} bundle (format {data.get('format')!r})"

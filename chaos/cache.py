@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from chaos.files import publish, write_atomic
+from chaos.files import publish, read_json, write_atomic
 from chaos.target import Target
 
 CACHE_FORMAT = 1  # bump when what a cache file holds (or how it is computed) changes
@@ -44,10 +44,7 @@ class BaselineCache:
 
     def load(self, stem: str) -> Any | None:
         """The entry, or None when absent or unreadable (it is then computed again)."""
-        try:
-            return json.loads(self.path(stem).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
+        return read_json(self.path(stem))
 
     def publish(self, stem: str, value: Any) -> Any:
         """Store ``value`` unless another process already did; return what the cache holds. An entry that is there

@@ -37,7 +37,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import hashlib
-import json
 import os
 import platform
 import shlex
@@ -56,7 +55,7 @@ from typing import Any
 from chaos.cache import BaselineCache
 from chaos.errors import ChaosError
 from chaos.faults import PROBE_ACTIONS
-from chaos.files import write_json
+from chaos.files import read_json, write_json
 from chaos.report import CaseReport, case_record
 from chaos.report.summary import deduplicate
 from chaos.journal import (
@@ -418,12 +417,6 @@ def load_library(paths: Sequence[str], tags: Sequence[str] = ()) -> list[Entry]:
     return entries
 
 
-def _load_json(path: Path) -> Any | None:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
 
 def _points(entry: Entry, transactions: Sequence[Mapping]) -> ScenarioPoints:
     sc = entry.scenario
@@ -711,7 +704,7 @@ class Campaign:
         jobs: dict[int, tuple[Entry, str]] = {}
         o = self.options
         # First kills whose recovery an earlier session of this campaign discovered before its budget ran out.
-        partial: dict[str, dict[str, Any]] = _load_json(self.dir / PARTIAL_RECOVERIES) or {}
+        partial: dict[str, dict[str, Any]] = read_json(self.dir / PARTIAL_RECOVERIES) or {}
         known: dict[str, dict[str, Any]] = {}
         wanted: dict[str, list[str]] = {}
         phase = self.discovery["recoveries"] = {"planned": 0, "done": 0}
@@ -1564,7 +1557,7 @@ def merge_journals(dirs: Sequence[str | Path], *, force: bool = False) -> Campai
             raise CampaignError(str(exc)) from None
         for cid, rec in journal.items():
             records.setdefault(cid, rec)
-        previous = _load_json(d / RESULT)
+        previous = read_json(d / RESULT)
         durations.append(float(previous["duration"]) if previous else float(params.get("elapsed", 0.0)))
     first = dict(params_list[0])
     plans = [p.get("plan", {}) for p in params_list]

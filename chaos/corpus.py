@@ -445,7 +445,7 @@ class _Files:
     def json(self, name: str) -> Any:
         try:
             return json.loads(self.read(name).decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as exc:
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # RecursionError: [[[… nested deep
             raise CorpusError(f"{self.path}: {name} is not JSON: {exc}") from None
 
     def close(self) -> None:
@@ -502,7 +502,7 @@ def _manifest(path: Path) -> list[dict[str, Any]]:
     try:
         value = json.loads(path.read_text(encoding="utf-8"))
         return list(value["fixtures"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
         raise CorpusError(f"{path}: not a fixture manifest: {exc}") from None
 
 

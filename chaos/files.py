@@ -1,4 +1,5 @@
-"""The harness's one way to write a file that must survive a crash whole: ``write_atomic`` and ``publish``.
+"""The harness's one way to write a file that must survive a crash whole (``write_atomic``, ``publish``), and to read
+a JSON file back that may be missing or damaged (``read_json``).
 
 Every result a person or a later run reads (``campaign.json``, ``result.json``, reports, bundles, cache entries,
 ``summary.json`` of mutants, exported scenarios) goes through here, so "a crash of the harness never leaves a
@@ -33,6 +34,16 @@ def write_atomic(path: str | Path, data: str | bytes) -> Path:
         raise
     fsync_dir(path.parent)
     return path
+
+
+def read_json(path: str | Path) -> Any | None:
+    """The JSON value in ``path``, or None when it is missing, unreadable, not UTF-8 or not JSON — also when it nests
+    deeper than the parser recurses (json's C decoder raises RecursionError for ``[[[…`` a few thousand deep): a
+    file a crash, a person or another program may have left in any shape is never a traceback here."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        return None
 
 
 def write_json(path: str | Path, value: Any, *, indent: int | None = 2, sort_keys: bool = False) -> Path:

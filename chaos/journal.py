@@ -252,7 +252,7 @@ def read_campaign(directory: str | Path) -> dict[str, Any]:
         value = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise JournalError(f"{path}: not a campaign directory (no {CAMPAIGN})") from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:  # RecursionError: [[[… nested deep
         raise JournalError(f"{path}: cannot read campaign parameters: {exc}") from None
     if not isinstance(value, dict):
         raise JournalError(f"{path}: campaign parameters must be a JSON object")

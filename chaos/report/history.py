@@ -313,7 +313,7 @@ def load_history(out: str | Path) -> dict[str, Any]:
         value = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return empty_history()
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: [[[… nested deep
         raise ValueError(f"{path}: cannot read the history: {exc}") from None
     if not isinstance(value, dict) or not isinstance(value.get("runs"), list):
         raise ValueError(f"{path}: not a killpoint history (no runs list)")
@@ -350,6 +350,7 @@ def rebuild(out: str | Path) -> dict[str, Any]:
     keep runs whose directory is gone, and re-render ``index.html``. ``ValueError`` when there is none at all."""
     from chaos.campaign import RESULT, build_result
     from chaos.errors import ChaosError
+    from chaos.files import read_json
     from chaos.journal import JOURNAL, read_campaign, read_journal
 
     out = Path(out)
@@ -361,15 +362,14 @@ def rebuild(out: str | Path) -> dict[str, Any]:
         try:
             params = read_campaign(directory)
             records = read_journal(directory / JOURNAL)
-            previous = json.loads((directory / RESULT).read_text(encoding="utf-8"))
+            previous = read_json(directory / RESULT)
             if params.get("merged_from") or not isinstance(previous, dict):
-                continue  # a merge is a view of shards, not a run; a result.json that is not one is no run
+                continue  # a merge is a view of shards, not a run; no result.json (or not one): not finished
             duration = previous.get("duration")
             result = build_result(params, records, interrupted=bool(previous.get("interrupted")),
                                   duration=float(duration) if isinstance(duration, (int, float)) else 0.0)
         except (ChaosError, OSError, ValueError):
-            # Not finished (no result.json), unreadable, or a campaign.json edited out of shape (JournalError,
-            # CampaignError): not a run to compare with.
+            # Unreadable, or a campaign.json edited out of shape (JournalError, CampaignError): not a run to compare.
             continue
         names = params.get("scenario_names") or sorted((params.get("baselines") or {}))
         found.append((str(params.get("started", "")), directory, result,

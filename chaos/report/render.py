@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from chaos.files import read_json
 from chaos.report import EXPECTED, FAIL, CampaignReport, CaseReport, write_reports
 
 PLAN_PREFIX = "agent: plan "  # the bundled agent prints one such line per recovery plan (agent/loop.py)
@@ -136,12 +137,12 @@ def make_bundles(directory: Path, params: Mapping[str, Any], report: CampaignRep
             continue
         if case.minimal and case.minimal != case.schedule and raw.get("minimal_case_dir"):
             # Draw the minimal case: it is what the bundle re-runs and the simplest story of the failure.
-            minimal_run = _read(case_dir / "caserun.json")
+            minimal_run = read_json(case_dir / "caserun.json")
             if minimal_run:
                 case.run, case.plans = minimal_run, read_plans(minimal_run)
                 case.timeline_of = "+".join(case.minimal)
         failures: list[Any] = list(case.failures)
-        result = _read(case_dir / "result.json")
+        result = read_json(case_dir / "result.json")
         if result:  # the minimal run's own findings, when the kept directory is the minimal case's
             failed = [r for r in result.get("invariants", []) if not r.get("ok")]
             if failed:
@@ -165,12 +166,6 @@ def make_bundles(directory: Path, params: Mapping[str, Any], report: CampaignRep
     return notes
 
 
-def _read(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
 
 def render_result(result: Any, directory: str | Path, params: Mapping[str, Any] | None = None,
                   *, bundles: bool = True) -> tuple[dict[str, Path], list[str]]:
@@ -191,12 +186,17 @@ def render_campaign(directory: str | Path) -> tuple[dict[str, Path], list[str]]:
     from chaos.journal import JOURNAL, read_campaign, read_journal
 
     directory = Path(directory)
+    from chaos import shapes
+
     params = read_campaign(directory)
-    previous = _read(directory / RESULT) or {}
+    # The journal is the record; the previous result.json only keeps what it does not hold (how long the sessions
+    # ran, whether one was interrupted, the shards of a merge), each taken only when it has its type.
+    previous = read_json(directory / RESULT)
+    previous = {k: v for k, v in (previous if isinstance(previous, dict) else {}).items()
+                if shapes.fits(v, {"duration": float, "interrupted": bool, "shards": list[str]}.get(k, Any))}
     result = build_result(params, read_journal(directory / JOURNAL),
                           duration=float(previous.get("duration") or params.get("elapsed") or 0.0),
-                          interrupted=bool(previous.get("interrupted", False)),
-                          shards=list(previous.get("shards") or []))
+                          interrupted=previous.get("interrupted", False), shards=previous.get("shards", []))
     return render_result(result, directory, params)
 
 

@@ -238,6 +238,23 @@ class TestResumeInput:
         (directory / "result.json").write_text("{}")  # finished, as far as history can tell: passed over all the same
         assert one_line_error(["report", "history", tmp_path]).endswith("no campaign directory with a result here")
 
+    def test_a_campaign_json_nested_too_deep_is_one_line(self, tmp_path):
+        """campaign.json with a member nested deeper than the JSON parser recurses: one line, exit 2, not exit 70."""
+        directory = resumable(tmp_path)
+        path = directory / "campaign.json"
+        path.write_text(path.read_text().rstrip().rstrip("}") + ', "x": ' + "[" * 100_000 + "]" * 100_000 + "}")
+        for args in (["report", "render", directory], ["campaign", "--resume", directory]):
+            assert one_line_error(args).startswith(f"{path}: cannot read campaign parameters: maximum recursion")
+
+    @pytest.mark.parametrize("result", ["[1]", '{"duration": "x", "shards": 5, "interrupted": "no"}'])
+    def test_a_result_json_out_of_shape_is_rendered_past(self, tmp_path, result):
+        """`report render` rebuilds the result from the journal: a result.json out of shape is not an internal error."""
+        directory = resumable(tmp_path)
+        (directory / "result.json").write_text(result)
+        status, output, error = invoke("report", "render", directory)
+        assert error is None and status == 0, output
+        assert json.loads((directory / "summary.json").read_text())["campaign"] == "c"
+
     def test_options_that_are_not_an_object_are_one_line(self, tmp_path):
         """campaign.json whose options are a list is one line, exit 2."""
         directory = tmp_path / "c"
