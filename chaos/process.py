@@ -116,6 +116,9 @@ def ensure_agent_bytecode() -> None:
         pass
 
 
+DRAIN_SECONDS = 5.0  # run_bounded: how long a killed command's output pipes may stay open before they are dropped
+
+
 def run_bounded(argv: Sequence[str], env: Mapping[str, str], timeout: float,
                 cwd: str | Path | None = None) -> subprocess.CompletedProcess:
     """Run a short command (a target's answer to a question, an implementation's plan) to completion, output
@@ -132,7 +135,14 @@ def run_bounded(argv: Sequence[str], env: Mapping[str, str], timeout: float,
         except OSError:
             pass
         kill_processes(lambda: session_members(proc.pid), 5.0, leader_done=lambda: proc.poll() is not None)
-        proc.communicate()
+        try:
+            proc.communicate(timeout=DRAIN_SECONDS)
+        except subprocess.TimeoutExpired:
+            # A process that left the session (setsid) still holds the output pipes: it is not ours to kill, and
+            # waiting for its end of file could take forever. The leader is dead; drop the pipes and reap it.
+            for stream in (proc.stdout, proc.stderr):
+                stream.close()
+            proc.wait()
         raise
     else:
         # What it left running in its session (a daemon it started) ends with it: a question is not a case. (While

@@ -178,6 +178,28 @@ def test_run_bounded_leaves_nothing_of_its_command_running(tmp_path):
     assert gone(int(pidfile.read_text()))
 
 
+def test_run_bounded_ends_although_an_escaped_process_holds_its_output(tmp_path, monkeypatch):
+    """A command that times out after starting a process in a session of its own that keeps the output pipes open:
+    run_bounded still raises TimeoutExpired (the pipes are dropped), instead of waiting for that process forever."""
+    import signal
+
+    import pytest
+
+    from chaos import process
+
+    monkeypatch.setattr(process, "DRAIN_SECONDS", 0.5)
+    pidfile = tmp_path / "escaped.pid"
+    command = f"setsid sleep 300 & echo $! > {pidfile}; sleep 300"  # the escaped sleep keeps stdout and stderr
+    started = time.monotonic()
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            process.run_bounded(["sh", "-c", command], dict(os.environ), 1.0)
+        assert time.monotonic() - started < 60
+    finally:
+        if pidfile.exists():
+            os.kill(int(pidfile.read_text()), signal.SIGKILL)
+
+
 def _stop_a_campaign_of(tmp_path: Path, script: str, ready, sig) -> None:
     """Run `chaos campaign` over a target that runs ``script`` (Python), with SIGINT and SIGTERM at their defaults
     whatever this test runner was started with (a background job ignores SIGINT); once ``ready()``, send ``sig`` to
