@@ -69,6 +69,7 @@ class Result:
     finished: dict | None = None  # the finish plan executed last (outcome, completion, error…)
     finished_kind: str | None = None  # "run" | "compaction"
     final_text: str | None = None  # content of the final assistant entry of a completed run
+    cause: str | None = None  # a run failed for its model step: that step's own error (the live failure), if found
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -210,7 +211,7 @@ class Loop:
             before = self.executor.commits
             self.executor.execute(plan)
             if plan["type"] == "finish":
-                finished = (plan, operation["kind"], final_text)
+                finished = (plan, operation["kind"], final_text, operation["operationId"])
             if self.executor.commits == before and not self.interrupt.requested:
                 raise PlanExecutionError(f"plan {plan['type']} appended nothing; refusing to repeat it")
 
@@ -246,7 +247,7 @@ class Loop:
             if self.executor.commits == before:
                 raise PlanExecutionError(f"plan {plan['type']} appended nothing during abort")
             if plan["type"] == "finish":
-                finished = (plan, kind, None)
+                finished = (plan, kind, None, None)
         return finished
 
     def _budget(self, state, plan: dict) -> dict:
@@ -272,8 +273,22 @@ class Loop:
     def _result(self, status: str, finished, reason: str | None = None) -> Result:
         if finished is None:
             return Result(status, reason)
-        plan, kind, text = finished
-        return Result(status, reason, plan, kind, text)
+        plan, kind, text, operation_id = finished
+        cause = None
+        if plan.get("outcome") == "failed" and plan["error"].get("code") == "model_error" and operation_id:
+            cause = self._step_failure(operation_id)
+        return Result(status, reason, plan, kind, text, cause)
+
+    def _step_failure(self, operation_id: str) -> str | None:
+        """``code: message`` of the operation's last stepFailed. The §14.4 finish (P3.5) says only "provider request
+        failed"; the live error it stands for (connection refused, HTTP 401…) is in the log, perhaps written by an
+        earlier process, and is what a person needs. One read of the log, at the end of a failed run only."""
+        cause = None
+        for fact in _committed_facts(self.store.path, self.store.offset):
+            record = fact.get("record") if fact.get("kind") == "record" else None
+            if record and record.get("type") == "stepFailed" and record.get("operationId") == operation_id:
+                cause = f"{record['error'].get('code')}: {record['error'].get('message')}"
+        return cause
 
     def _log(self, plan: dict) -> None:
         if self.log_plans:
@@ -432,7 +447,8 @@ def _exit_status(command: str, result: Result) -> int:
         return exits.EXIT_OK
     if plan["outcome"] == "failed":
         error = plan["error"]
-        _note(f"{result.finished_kind or 'operation'} failed: {error['code']}: {error['message']}")
+        because = f" ({result.cause})" if result.cause else ""
+        _note(f"{result.finished_kind or 'operation'} failed: {error['code']}: {error['message']}{because}")
         return exits.EXIT_FAILED
     # aborted: the goal of `abort`; for any other command the operation was interrupted (now reconciled).
     return exits.EXIT_OK if command == "abort" else exits.EXIT_INTERRUPTED

@@ -68,13 +68,15 @@ class TestFinish:
         assert names(cut)[-1] == ("operationFinished",)
 
     def test_finish_failed_after_step_failed(self, agent, stub):
-        """A crash after a live stepFailed finishes the run failed with model_error (P3.5)."""
+        """A crash after a live stepFailed finishes the run failed with model_error (P3.5), and the resume names the
+        live error an earlier process recorded."""
         script(stub, [Reply(500, {"error": {"message": "boom"}})])
         full = agent.run("go")
         cut = crash(agent, full.path, lambda n: n == ("stepFailed",))
         result = agent.command("resume", cut)
         assert result.status == 4
         assert records(cut, "operationFinished")[0]["error"]["code"] == "model_error"
+        assert "run failed: model_error: provider request failed (server_error: " in result.err
 
 
 class TestStartStep:

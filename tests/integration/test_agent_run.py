@@ -305,16 +305,19 @@ class TestLiveErrors:
         (completion("x", finish_reason="content_filter"), "invalid_response"),
     ], ids=["429", "5xx", "4xx", "timeout", "reset", "malformed", "tool_calls-without-calls", "other-finish"])
     def test_live_error_is_step_failed_and_never_retried(self, agent, stub, reply, code):
-        """Each live error is one stepFailed with its specific code, one request, and a failed run (exit 4)."""
+        """Each live error is one stepFailed with its specific code, one request, and a failed run (exit 4) whose
+        line on stderr says which live error it was."""
         script(stub, [reply])
         result = agent.run("go", "--request-timeout", "0.5")
         assert result.status == 4
         assert len(stub.requests) == 1
-        assert [r["error"]["code"] for r in records(result.path, "stepFailed")] == [code]
+        [failed] = records(result.path, "stepFailed")
+        assert failed["error"]["code"] == code
         finished = records(result.path, "operationFinished")[0]
         assert finished["outcome"] == "failed"
         assert finished["error"] == {"code": "model_error", "message": "provider request failed"}
-        assert "run failed: model_error" in result.err
+        assert (f"run failed: model_error: provider request failed ({code}: {failed['error']['message']})"
+                in result.err)
 
 
 class TestStepBudget:
