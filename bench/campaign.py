@@ -16,7 +16,8 @@ TCP_NODELAY, the agent's bytecode caches); only the launcher differs. Printed:
   invariant), tear-down;
 - inside the supervisor: launch → first barrier, each model request (``stepAttempt`` after-sync → next barrier),
   the fsync (after-write → after-sync), and the barrier round trip's upper bound (before-write → after-write: the
-  harness's answer, the agent's write and its next message);
+  harness's answer, the agent's write and its next message; only from a before-write the agent waited at — it waits
+  only at the phases the case's faults name and at after-sync, docs/protocol.md);
 - a ceiling: per case, the agent processes' lives (each from its creation to its reaping) plus the probe phase and
   the probe's life behind the oracle, and the cases/s a zygote loop would reach if everything outside them cost
   nothing, with its ratio to the exec rate of the same run. What the harness does while an agent lives still counts
@@ -95,7 +96,9 @@ def standing(value: float, target: float, *, at_least: bool, low: float | None =
 
 
 def gaps(run) -> dict[str, list[float]]:
-    """Milliseconds between barrier events of one CaseRun, by kind."""
+    """Milliseconds between barrier events of one CaseRun, by kind. The round trip is timed only from a before-write
+    the agent waited at: one it was told not to wait at (docs/protocol.md, ``wait``) is stamped when the supervisor
+    read it, which may be after the agent went on (the fsync, from an after-write read late, reads short)."""
     out: dict[str, list[float]] = {"start→first barrier": [], "model request": [], "fsync": [],
                                    "barrier round trip (≤)": []}
     by_launch: dict[int, list] = {}
@@ -107,7 +110,7 @@ def gaps(run) -> dict[str, list[float]]:
             out["start→first barrier"].append((events[0].at - launch.started) * 1000)
         for a, b in zip(events, events[1:]):
             gap = (b.at - a.at) * 1000
-            if a.phase == "before-write" and b.phase == "after-write":
+            if a.phase == "before-write" and b.phase == "after-write" and a.waited:
                 out["barrier round trip (≤)"].append(gap)
             elif a.phase == "after-write" and b.phase == "after-sync":
                 out["fsync"].append(gap)

@@ -79,8 +79,9 @@ class BarrierEvent:
     file_size: int | None  # size of the session file observed when the message arrived
     at: float
     fault: str | None = None  # the fault that fired here
-    answer: dict | None = None  # the line sent back; None when the process was killed instead
+    answer: dict | None = None  # the line sent back; None when the process was killed instead, or did not wait
     held: float = 0.0  # seconds the answer was withheld (dresume lockstep: siblings still running)
+    waited: bool = True  # False: a phase the agent was told not to wait at (docs/protocol.md): reported, not answered
 
     def points(self) -> list[str]:
         """Every kill-point text that names this barrier (``tx:K@PHASE`` first)."""

@@ -8,7 +8,10 @@ process):
 
 1. Launch a *generation* (one process; K for ``dresume(K)``) with ``CHAOS_CONTROL`` naming our Unix socket.
 2. Each connection sends ``hello`` then barrier messages; every message is answered by one line, and the agent
-   blocks until it arrives — so at a barrier the agent is paused exactly there and a SIGKILL lands precisely.
+   blocks until it arrives — so at a barrier the agent is paused exactly there and a SIGKILL lands precisely. An
+   agent that offers it (``oneway`` in its hello) is told to wait only at the phases where this case can act
+   (``wait_phases``: after-sync, and the phases of the faults still to fire); its other barriers are read, numbered
+   and recorded as any, unanswered (docs/protocol.md).
 3. At each barrier the ``Matcher`` (chaos.faults) says which fault fires: ``kill``/``torn``/``powerloss``/``dresume``
    SIGKILL the agent's whole session (no answer) and, for torn/powerloss, cut the file before anything restarts;
    ``int`` sends SIGINT then answers continue; ``ioerror`` answers ``fail``. After-sync barriers are recorded as
@@ -130,6 +133,7 @@ class _Conn:
     held_event: BarrierEvent | None = None
     tx_start: int = 0  # offset announced at the current transaction's before-write
     closed: bool = False
+    wait: frozenset[str] | None = None  # the phases this agent waits at for an answer (the hello's); None: every one
 
 
 class _Stop(Exception):
@@ -163,6 +167,13 @@ class Supervisor:
 def run_case(command: AgentCommand, schedule: Sequence[Fault] | str, case_dir: Path | str, **kw) -> CaseRun:
     """Convenience: ``Supervisor(command, case_dir, **kw).run(schedule)``."""
     return Supervisor(command, case_dir, **kw).run(schedule)
+
+
+def wait_phases(pending: Sequence[Fault]) -> frozenset[str]:
+    """The phases an agent must wait at for an answer, given the faults still to fire: those the faults name (the
+    agent must be parked there for a SIGKILL, a SIGINT or a failed write to land exactly), and ``after-sync`` always
+    — an acknowledgement's bytes are read from the file while the agent waits, before it can write again."""
+    return frozenset({"after-sync", *(fault.point.phase for fault in pending)})
 
 
 def life_end(now: float, reaped: float | None, t0: float) -> float:
@@ -365,6 +376,8 @@ class _Case:
             self._protocol_error(
                 conn, f"hello names session {session!r}, the case's session is {self.run_rec.session!r}"
             )
+        if "oneway" in body and not isinstance(body["oneway"], bool):
+            self._protocol_error(conn, f"hello oneway must be true or false, got {body['oneway']!r}")
         conn.hello = True
         self.run_rec.launches[conn.launch].hello = dict(body)
         # dresume: hold the first hello until its sibling has said hello too or ended, so the pair really overlaps
@@ -373,7 +386,12 @@ class _Case:
             self._hold(conn, None)
             return
         self._release_held(barriers=False)
-        self._send(conn, _CONTINUE)
+        wait = wait_phases(self.matcher.pending) if body.get("oneway") and len(self.generation) == 1 else None
+        if wait is None or len(wait) == len(PHASES):
+            self._send(conn, _CONTINUE)
+            return
+        conn.wait = wait
+        self._send(conn, {"action": "continue", "wait": [p for p in PHASES if p in wait]})
 
     def _said_hello(self, launch: int) -> bool:
         return any(c.hello for c in self.conns.values() if c.launch == launch)
@@ -442,13 +460,17 @@ class _Case:
             barrier, fault = self.matcher.observe(conn.ident, phase, facts)
         except BarrierOrderError as e:
             self._protocol_error(conn, str(e))
+        waited = conn.wait is None or phase in conn.wait
+        if fault is not None and not waited:  # wait_phases names every phase a pending fault can fire at
+            raise SupervisorError(f"{format_fault(fault)} fired at a {phase} barrier the agent was told not to wait at")
         # What the file holds is taken before the agent is answered (after the answer it may write again); the
         # records are made after a plain "continue": the agent waits for nothing it does not need (~30 barriers a
-        # case, each a round trip on its path).
-        at, size = self._now(), self._file_size()
+        # case, each a round trip on its path). At a barrier it does not wait at, it may have written on already:
+        # its file size is not measured there.
+        at, size = self._now(), self._file_size() if waited else None
         data = self._read_range(conn.tx_start, nums["offset"]) if phase == "after-sync" else b""
         lockstep = len(self.generation) > 1 and self.limits.hold_seconds > 0
-        if fault is None and not lockstep:
+        if fault is None and not lockstep and waited:
             self._send(conn, _CONTINUE)
         event = BarrierEvent(
             index=len(self.run_rec.barriers),
@@ -492,7 +514,10 @@ class _Case:
                 # every message that is already here has been read, so siblings that arrive together go together.
                 self._hold(conn, event)
                 return
-            event.answer = {"action": "continue"}  # sent above (if the agent was still there to read it)
+            if waited:
+                event.answer = {"action": "continue"}  # sent above (if the agent was still there to read it)
+            else:
+                event.waited = False
             return
         self.gen_faults.append(fault)
         if fault.kills:

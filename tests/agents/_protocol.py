@@ -1,7 +1,8 @@
 """The agent side of the checkpoint protocol, in a few lines (shared by the test agents of this folder).
 
 Connects to ``CHAOS_CONTROL``, sends one JSON line per message and blocks for the one-line answer. A lost channel
-exits 7 at once, writing nothing more (fail closed), as the protocol requires of every agent.
+exits 7 at once, writing nothing more (fail closed), as the protocol requires of every agent. With ``oneway`` it
+offers, in its hello, to wait only at the phases the hello's answer names (``wait``), and does so.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ import sys
 class Channel:
     """One connection to the supervisor (or nothing when CHAOS_CONTROL is unset)."""
 
-    def __init__(self) -> None:
+    def __init__(self, oneway: bool = False) -> None:
         path = os.environ.get("CHAOS_CONTROL")
+        self.oneway = oneway
+        self.wait = None  # the phases answered (the hello's answer); None: every phase
         self.sock = None
         if path:
             self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -41,8 +44,15 @@ class Channel:
         return self.send_raw(json.dumps(message).encode() + b"\n")
 
     def hello(self, session: str) -> dict:
-        return self.send({"hello": {"pid": os.getpid(), "session": session, "protocol": 1}})
+        hello = {"pid": os.getpid(), "session": session, "protocol": 1, **({"oneway": True} if self.oneway else {})}
+        answer = self.send({"hello": hello})
+        self.wait = answer.get("wait")
+        return answer
 
     def checkpoint(self, phase: str, facts: list[str], seq_first: int, offset: int, synced: int) -> dict:
-        return self.send({"checkpoint": {"phase": phase, "facts": facts, "seqFirst": seq_first,
-                                         "seqLast": seq_first + len(facts) - 1, "offset": offset, "syncedOffset": synced}})
+        message = {"checkpoint": {"phase": phase, "facts": facts, "seqFirst": seq_first,
+                                  "seqLast": seq_first + len(facts) - 1, "offset": offset, "syncedOffset": synced}}
+        if self.sock is not None and self.wait is not None and phase not in self.wait:
+            self.sock.sendall(json.dumps(message).encode() + b"\n")  # reported only: no answer comes
+            return {"action": "continue"}
+        return self.send(message)

@@ -101,6 +101,7 @@ def main() -> int:
     ap.add_argument("--plan", default="")
     ap.add_argument("--exit-code", type=int, default=0)
     ap.add_argument("--leave-behind", action="store_true", help="start a background process and do not wait")
+    ap.add_argument("--oneway", action="store_true", help="offer to wait only at the phases the supervisor names")
     ap.add_argument("--scribbler", action="store_true",
                     help="start a process in the session that keeps appending to the log, never through a barrier")
     args = ap.parse_args()
@@ -111,7 +112,7 @@ def main() -> int:
     else:
         path = args.session or args.file
         fd = open_session(path, create=False)
-    chan = Channel()
+    chan = Channel(oneway=args.oneway)
     chan.hello(path)
     last = last_line(path)
     seq = last["seq"] + len(last["facts"]) if last else 1

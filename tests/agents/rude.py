@@ -1,6 +1,6 @@
 """A fake agent that breaks the checkpoint protocol in one chosen way, then waits for its answer.
 
-    rude.py MODE      MODE: garbage | version | order | pid | seq | nohello | toolong
+    rude.py MODE      MODE: garbage | version | order | pid | seq | nohello | toolong | oneway
 """
 
 from __future__ import annotations
@@ -34,6 +34,9 @@ elif mode == "seq":
                               "offset": 0, "syncedOffset": 0}})
 elif mode == "nohello":
     chan.checkpoint("before-write", ["user"], 1, 0, 0)
+elif mode == "oneway":
+    hello["hello"]["oneway"] = "yes"
+    chan.send(hello)
 elif mode == "toolong":
     chan.hello(path)
     chan.send_raw(json.dumps({"checkpoint": "x" * (1 << 21)}).encode())

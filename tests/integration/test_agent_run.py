@@ -482,7 +482,7 @@ class TestCheckpointProtocol:
             supervisor.close()
         assert result.status == 0
         hello, *barriers = supervisor.messages
-        assert hello == {"hello": {"pid": os.getpid(), "session": str(result.path), "protocol": 1}}
+        assert hello == {"hello": {"pid": os.getpid(), "session": str(result.path), "protocol": 1, "oneway": True}}
         size = len(result.path.read_bytes().split(b"\n")[0]) + 1  # the header is not a barrier
         line_ends = []
         offset = size

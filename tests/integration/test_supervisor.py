@@ -16,6 +16,7 @@ import pytest
 from chaos import records
 from chaos.process import session_members
 from chaos.records import CaseRun
+from chaos.faults import PHASES
 from chaos.supervisor import SESSION, AgentCommand, Limits, Step, Supervisor
 from tests.agents import CRASHING, FAKE, HUNG, RUDE, argv
 from tests.integration import gone
@@ -310,6 +311,7 @@ class TestProtocol:
             ("seq", "does not match 2 facts"),
             ("nohello", "first message must be hello"),
             ("toolong", "line longer than"),
+            ("oneway", "hello oneway must be true or false"),
         ],
     )
     def test_protocol_violation_is_a_verdict(self, tmp_path, mode, message):
@@ -317,6 +319,48 @@ class TestProtocol:
         run = supervise(tmp_path, AgentCommand.single(argv(RUDE, mode), argv(RUDE, mode)), "tx:1@after-sync")
         assert run.verdict == records.PROTOCOL_ERROR and message in run.detail
         assert run.launches[0].killed_by == "watchdog"
+
+
+class TestOneWay:
+    """An agent that offers it (hello ``oneway``) waits only at after-sync and at the phases of the faults to fire."""
+
+    @staticmethod
+    def oneway() -> AgentCommand:
+        return fake(run_extra=("--oneway",), resume_extra=("--oneway",))
+
+    def test_it_waits_at_after_sync_and_only_reports_the_rest(self, tmp_path):
+        """A kill at an after-sync: before-write and after-write are recorded unanswered, without a file size; every
+        after-sync waited, its bytes acknowledged; the kill and the recovery are those of an agent that waits."""
+        run = supervise(tmp_path, self.oneway(), "toolStarted@after-sync#1")
+        assert run.verdict == "exit:0" and facts_of(run.session) == PLAN_TXS
+        assert {(b.phase, b.waited) for b in run.barriers} == {("before-write", False), ("after-write", False),
+                                                               ("after-sync", True)}
+        assert all(b.answer is None and b.file_size is None for b in run.barriers if not b.waited)
+        assert [a.tx for a in run.acknowledged] == [1, 2, 3, 4, 5, 6]
+        assert barrier_of(run).phase == "after-sync" and facts_of(run.faults[0].snapshot) == PLAN_TXS[:4]
+
+    def test_a_kill_before_write_still_lands_before_the_write(self, tmp_path):
+        """A fault at before-write makes the agent wait at every before-write: killed there, nothing is written."""
+        run = supervise(tmp_path, self.oneway(), "toolStarted@before-write#1")
+        event, kill = barrier_of(run), run.faults[0]
+        assert all(b.waited for b in run.barriers if b.phase == "before-write" and b.launch == 0)
+        assert kill.snapshot_size == event.offset == kill.size_at_kill
+        assert facts_of(kill.snapshot) == PLAN_TXS[:3] and facts_of(run.session) == PLAN_TXS
+
+    def test_an_agent_that_does_not_offer_it_waits_everywhere(self, tmp_path):
+        """Without ``oneway`` in its hello, every barrier is answered and measured, as protocol 1 always was."""
+        run = supervise(tmp_path, fake(), "toolStarted@after-sync#1")
+        assert all(b.waited and b.file_size is not None for b in run.barriers)
+
+
+def test_wait_phases_are_after_sync_and_those_of_the_faults_to_fire():
+    """wait_phases: after-sync always, plus the phase of every pending fault."""
+    from chaos.faults import parse_schedule
+    from chaos.supervisor import wait_phases
+
+    assert wait_phases(()) == {"after-sync"}
+    assert wait_phases(parse_schedule("toolStarted@before-write#1+int:tx:3@after-write")) == set(PHASES)
+    assert wait_phases(parse_schedule("kill:tx:2@after-sync")) == {"after-sync"}
 
 
 class TestSocketAndRecords:

@@ -28,6 +28,9 @@ def _raise_lost(reason: str) -> None:
     raise LostError(reason)
 
 
+NO_ANSWER = object()  # a Supervisor answer: record the message, send nothing (a barrier the agent does not wait at)
+
+
 class Supervisor:
     """A one-connection Unix-socket peer that records messages and answers from a list (None = close)."""
 
@@ -50,6 +53,8 @@ class Supervisor:
                 answer = self.answers.pop(0) if self.answers else None
                 if answer is None:
                     return
+                if answer is NO_ANSWER:
+                    continue
                 conn.sendall(answer if isinstance(answer, bytes) else json.dumps(answer).encode() + b"\n")
 
     def close(self):
@@ -76,7 +81,7 @@ class TestFromEnviron:
 
 class TestExchange:
     def test_hello_then_three_barriers(self):
-        """The hello carries pid, session and protocol 1; each checkpoint carries the camelCase fields."""
+        """The hello carries pid, session, protocol 1 and oneway; each checkpoint carries the camelCase fields."""
         sup = Supervisor([CONTINUE, CONTINUE, CONTINUE])
         try:
             channel = CheckpointChannel(sup.path, on_lost=_raise_lost)
@@ -86,11 +91,47 @@ class TestExchange:
             channel.close()
         finally:
             sup.close()
-        assert sup.received[0] == {"hello": {"pid": 123, "session": "/s/x.jsonl", "protocol": 1}}
+        assert sup.received[0] == {"hello": {"pid": 123, "session": "/s/x.jsonl", "protocol": 1, "oneway": True}}
         assert sup.received[1] == {"checkpoint": {"phase": "before-write", "facts": ["user", "runStarted"],
                                                   "seqFirst": 1, "seqLast": 2, "offset": 200, "syncedOffset": 200}}
         assert sup.received[2]["checkpoint"]["phase"] == "after-write"
         assert sup.received[2]["checkpoint"]["offset"] == 300
+
+    def test_a_phase_not_waited_at_is_reported_without_waiting(self):
+        """Told at hello to wait at after-sync only, the agent reports before-write and after-write and goes on at
+        once (no answer comes for them), then waits at after-sync."""
+        sup = Supervisor([{"action": "continue", "wait": ["after-sync"]}, NO_ANSWER, NO_ANSWER, CONTINUE])
+        answers = []
+
+        def commit():
+            channel = CheckpointChannel(sup.path, on_lost=_raise_lost)
+            channel.open(pid=1, session="s")
+            for phase in ("before-write", "after-write", "after-sync"):
+                answers.append(channel.hook(CP._replace(phase=phase)))
+            channel.close()
+
+        try:
+            agent = threading.Thread(target=commit, daemon=True)
+            agent.start()
+            agent.join(10)
+            assert not agent.is_alive(), "the agent waited for an answer at a phase it was told not to wait at"
+        finally:
+            sup.close()
+        assert answers == [None, None, None]
+        assert [m["checkpoint"]["phase"] for m in sup.received[1:]] == ["before-write", "after-write", "after-sync"]
+
+    @pytest.mark.parametrize("answer", [b'{"action":"continue","wait":["now"]}\n',
+                                        b'{"action":"continue","wait":"x"}\n', b'{"action":"continue","x":1}\n',
+                                        b'{"action":"fail","errno":"EIO"}\n'])
+    def test_a_hello_answer_that_is_not_continue_is_lost(self, answer):
+        """A hello answer other than continue with, at most, a list of known phases to wait at: a lost channel."""
+        sup = Supervisor([answer])
+        try:
+            channel = CheckpointChannel(sup.path, on_lost=_raise_lost)
+            with pytest.raises(LostError, match="the hello may only be answered with continue"):
+                channel.open(pid=1, session="s")
+        finally:
+            sup.close()
 
     @pytest.mark.parametrize("name,number", [("ENOSPC", errno.ENOSPC), ("EIO", errno.EIO)])
     def test_fail_returns_errno(self, name, number):
