@@ -180,16 +180,6 @@ class TestExchange:
         finally:
             sup.close()
 
-    def test_hello_fail_is_lost(self):
-        """The hello may only be answered with continue."""
-        sup = Supervisor([{"action": "fail", "errno": "EIO"}])
-        try:
-            channel = CheckpointChannel(sup.path, on_lost=_raise_lost)
-            with pytest.raises(LostError, match="hello"):
-                channel.open(pid=1, session="s")
-        finally:
-            sup.close()
-
     def test_connect_failure_is_lost(self, tmp_path):
         """A socket path nobody listens on makes the channel lost at open."""
         channel = CheckpointChannel(str(tmp_path / "absent.sock"), on_lost=_raise_lost)
