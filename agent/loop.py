@@ -190,7 +190,7 @@ class Loop:
 
     def drive(self) -> Result:
         """Plan and execute until idle, blocked, or an interrupt has been reconciled."""
-        finished: tuple[dict, str, str | None] | None = None
+        finished: tuple[dict, str, str | None, str | None] | None = None  # plan, kind, final text, operation id
         while True:
             state = self.store.state
             operation = state["operation"]
@@ -282,13 +282,18 @@ class Loop:
     def _step_failure(self, operation_id: str) -> str | None:
         """``code: message`` of the operation's last stepFailed. The §14.4 finish (P3.5) says only "provider request
         failed"; the live error it stands for (connection refused, HTTP 401…) is in the log, perhaps written by an
-        earlier process, and is what a person needs. One read of the log, at the end of a failed run only."""
+        earlier process, and is what a person needs. One read of the log, at the end of a failed run only; a log it
+        cannot read back (a torn fragment left in place by a known-bug switch, say) gives no detail, never another
+        exit status."""
         cause = None
-        for fact in _committed_facts(self.store.path, self.store.offset):
-            record = fact.get("record") if fact.get("kind") == "record" else None
-            if record and record.get("type") == "stepFailed" and record.get("operationId") == operation_id:
-                cause = f"{record['error'].get('code')}: {record['error'].get('message')}"
-        return cause
+        try:
+            for fact in _committed_facts(self.store.path, self.store.offset):
+                record = fact.get("record") if fact.get("kind") == "record" else None
+                if record and record.get("type") == "stepFailed" and record.get("operationId") == operation_id:
+                    cause = f"{record['error'].get('code')}: {record['error'].get('message')}"
+        except (PlanExecutionError, OSError):
+            return None
+        return " ".join(cause.split()) if cause is not None else None  # one line, whatever the message held
 
     def _log(self, plan: dict) -> None:
         if self.log_plans:

@@ -78,6 +78,19 @@ class TestFinish:
         assert records(cut, "operationFinished")[0]["error"]["code"] == "model_error"
         assert "run failed: model_error: provider request failed (server_error: " in result.err
 
+    def test_a_log_it_cannot_read_back_leaves_the_failure_as_it_is(self, agent, stub):
+        """Left with a torn fragment glued to the next line (the no-torn-tail-repair switch), a run that fails for
+        its model step still exits 4: naming the live error is a detail, never another exit status."""
+        script(stub, [completion("first")])
+        full = agent.run("go")
+        cut = crash(agent, full.path, lambda n: n == ("stepAttempt",))
+        with open(cut, "ab") as f:
+            f.write(b'{"torn')
+        script(stub, [Reply(500, {"error": {"message": "boom"}})])
+        result = agent.command("resume", cut, env={"AGENT_BUGS": "no-torn-tail-repair"})
+        assert result.status == 4, result.err
+        assert "run failed: model_error: provider request failed" in result.err
+
 
 class TestStartStep:
     def test_first_step_after_run_started(self, agent, stub, tool_run):
