@@ -89,7 +89,7 @@ class CheckpointChannel:
             answer = None
         wait = answer.get("wait") if isinstance(answer, dict) else None
         if (isinstance(answer, dict) and answer.get("action") == "continue" and set(answer) <= {"action", "wait"}
-                and (wait is None or (isinstance(wait, list) and all(p in _PHASES for p in wait)))):
+                and ("wait" not in answer or (isinstance(wait, list) and all(p in _PHASES for p in wait)))):
             self._wait = frozenset(wait) if wait is not None else None
             return
         self._lost(f"the hello may only be answered with continue (and the phases to wait at): {raw[:200]!r}")
@@ -142,6 +142,9 @@ class CheckpointChannel:
             return None
         if raw is None:
             self._lost("connection closed by the supervisor")
+        elif self._buffer:  # more than the one answer: the two sides disagree on which barriers are answered
+            self._lost(f"a line no message asked for: {bytes(self._buffer[:200])!r}")
+            return None
         return raw
 
     def _send(self, message: dict) -> bool:

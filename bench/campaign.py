@@ -16,8 +16,9 @@ TCP_NODELAY, the agent's bytecode caches); only the launcher differs. Printed:
   invariant), tear-down;
 - inside the supervisor: launch → first barrier, each model request (``stepAttempt`` after-sync → next barrier),
   the fsync (after-write → after-sync), and the barrier round trip's upper bound (before-write → after-write: the
-  harness's answer, the agent's write and its next message; only from a before-write the agent waited at — it waits
-  only at the phases the case's faults name and at after-sync, docs/protocol.md);
+  harness's answer, the agent's write and its next message); both only from a barrier the agent waited at — it
+  waits only at the phases the case's faults name and at after-sync, docs/protocol.md — so the plain kills of this
+  bench time no fsync (—);
 - a ceiling: per case, the agent processes' lives (each from its creation to its reaping) plus the probe phase and
   the probe's life behind the oracle, and the cases/s a zygote loop would reach if everything outside them cost
   nothing, with its ratio to the exec rate of the same run. What the harness does while an agent lives still counts
@@ -96,9 +97,9 @@ def standing(value: float, target: float, *, at_least: bool, low: float | None =
 
 
 def gaps(run) -> dict[str, list[float]]:
-    """Milliseconds between barrier events of one CaseRun, by kind. The round trip is timed only from a before-write
-    the agent waited at: one it was told not to wait at (docs/protocol.md, ``wait``) is stamped when the supervisor
-    read it, which may be after the agent went on (the fsync, from an after-write read late, reads short)."""
+    """Milliseconds between barrier events of one CaseRun, by kind. The round trip and the fsync are timed only from a
+    barrier the agent waited at: one it was told not to wait at (docs/protocol.md, ``wait``) is stamped when the
+    supervisor read it, which may be after the agent went on."""
     out: dict[str, list[float]] = {"start→first barrier": [], "model request": [], "fsync": [],
                                    "barrier round trip (≤)": []}
     by_launch: dict[int, list] = {}
@@ -112,7 +113,7 @@ def gaps(run) -> dict[str, list[float]]:
             gap = (b.at - a.at) * 1000
             if a.phase == "before-write" and b.phase == "after-write" and a.waited:
                 out["barrier round trip (≤)"].append(gap)
-            elif a.phase == "after-write" and b.phase == "after-sync":
+            elif a.phase == "after-write" and b.phase == "after-sync" and a.waited:
                 out["fsync"].append(gap)
             elif a.phase == "after-sync" and "stepAttempt" in a.facts and b.phase == "before-write":
                 out["model request"].append(gap)
@@ -280,8 +281,9 @@ def main() -> int:
         print(f"{'  ' + p + ' (mean ms)':34}{mean(e['phases'][p]):12.1f}{mean(z['phases'][p]):12.1f}")
     print(f"{'    of the oracle, behind the probe':34}{mean(e['hidden']):12.1f}{mean(z['hidden']):12.1f}")
     for kind in ("start→first barrier", "model request", "fsync", "barrier round trip (≤)"):
-        print(f"{'  ' + kind + ' (median ms)':34}{median(e['barrier'].get(kind, [])):12.2f}"
-              f"{median(z['barrier'].get(kind, [])):12.2f}")
+        # "—": no sample (the fsync is timed from a waited after-write: only torn, power-loss or I/O-error cases)
+        cells = [f"{median(r['barrier'][kind]):12.2f}" if r["barrier"].get(kind) else f"{'—':>12}" for r in (e, z)]
+        print(f"{'  ' + kind + ' (median ms)':34}{''.join(cells)}")
     print(f"{'harness overhead per case (mean ms)':34}{mean(e['overhead']):12.1f}{mean(z['overhead']):12.1f}")
     # Issue [2/5]'s definition: all but the agents' own work and the process sweeps (those outside every life).
     print(f"{'  without the process sweeps':34}{mean(e['overhead']) - mean(e['sweeps']):12.1f}"

@@ -197,7 +197,8 @@ class Ack:
 
 @dataclass
 class Barrier:
-    """One checkpoint message: who announced what, and the file size the supervisor saw when it arrived."""
+    """One checkpoint message: who announced what, and the file size the supervisor saw when it arrived (None at a
+    barrier the agent did not wait at)."""
 
     index: int
     launch: int
@@ -386,7 +387,7 @@ class LogView:
                 break
             try:
                 value = json.loads(raw.decode("utf-8"))
-            except (UnicodeDecodeError, ValueError):
+            except (UnicodeDecodeError, ValueError, RecursionError):  # RecursionError: [[[… deeper than json parses
                 if self.error is None:
                     self.error = {"code": "MALFORMED_JSON", "line": number}
                 break
@@ -694,7 +695,7 @@ def _blocked_reason(launch: LaunchInfo | None) -> str | None:
     for line in reversed(launch.stdout.splitlines()):
         try:
             value = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # the agent's own stdout: any line, any depth
             continue
         if isinstance(value, dict) and isinstance(value.get("blocked"), str):
             return value["blocked"]
@@ -942,7 +943,9 @@ def _request_snapshots(ev: Evidence, checked: list[str]) -> list[Finding]:
 
 def acknowledged_durable(ev: Evidence) -> InvariantResult:
     """Every transaction acknowledged at after-sync is still in the log byte for byte (final log and every later
-    kill snapshot), and every offset the agent reported matches the file."""
+    kill snapshot), and every offset the agent reported matches the file where it was measured: at each barrier the
+    agent waited at (one it was told not to wait at — docs/protocol.md, ``wait`` — is read after it may have written
+    on, so its size is not taken)."""
     findings: list[Finding] = []
     for ack in ev.acknowledged:
         where = f"transaction {ack.tx} (seq {ack.seq_first}..{ack.seq_last}, launch {ack.launch})"
@@ -959,7 +962,7 @@ def acknowledged_durable(ev: Evidence) -> InvariantResult:
             value = json.loads(ack.data)
             facts = value if isinstance(value, list) else [value]
             seqs = [f.get("seq") for f in facts]
-        except (ValueError, AttributeError):
+        except (ValueError, AttributeError, RecursionError):  # not JSON, not facts, or nested deeper than json parses
             seqs = []
         if seqs != list(range(ack.seq_first, ack.seq_last + 1)):
             findings.append(Finding(f"acknowledged bytes hold seqs {seqs}, the barrier announced "
@@ -979,8 +982,9 @@ def acknowledged_durable(ev: Evidence) -> InvariantResult:
         if b.file_size is not None and b.file_size != b.offset:
             findings.append(Finding(f"{b.phase} barrier reported offset {b.offset} but the file had {b.file_size} "
                                     "bytes", f"barrier {b.index} (launch {b.launch})", seq=b.seq_first))
+    measured = sum(1 for b in ev.barriers if b.file_size is not None)
     checked = [f"{len(ev.acknowledged)} acknowledged transaction(s) against the final log and "
-               f"{len(ev.kills)} kill snapshot(s)", f"offsets of {len(ev.barriers)} barrier(s)"]
+               f"{len(ev.kills)} kill snapshot(s)", f"offsets of {measured} barrier(s) against the file's size"]
     return _result("acknowledged-durable", findings, checked)
 
 

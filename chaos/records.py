@@ -76,7 +76,7 @@ class BarrierEvent:
     synced_offset: int
     tx: int  # 1-based announced-transaction number across the case
     ordinals: dict[str, int]  # per fact name: this transaction is its N-th
-    file_size: int | None  # size of the session file observed when the message arrived
+    file_size: int | None  # size of the session file when the message arrived; None where the agent did not wait
     at: float
     fault: str | None = None  # the fault that fired here
     answer: dict | None = None  # the line sent back; None when the process was killed instead, or did not wait

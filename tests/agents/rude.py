@@ -1,6 +1,6 @@
 """A fake agent that breaks the checkpoint protocol in one chosen way, then waits for its answer.
 
-    rude.py MODE      MODE: garbage | version | order | pid | seq | nohello | toolong | oneway
+    rude.py MODE      MODE: garbage | deep | version | order | pid | seq | nohello | toolong | oneway
 """
 
 from __future__ import annotations
@@ -19,6 +19,9 @@ hello = {"hello": {"pid": os.getpid(), "session": path, "protocol": 1}}
 if mode == "garbage":
     chan.hello(path)
     chan.send_raw(b"{not json\n")
+elif mode == "deep":  # valid JSON nested deeper than the json module parses (it raises RecursionError)
+    chan.hello(path)
+    chan.send_raw(b"[" * 100_000 + b"]" * 100_000 + b"\n")
 elif mode == "version":
     hello["hello"]["protocol"] = 2
     chan.send(hello)

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from chaos import records
+from chaos.faults import PHASES
 from chaos.process import session_members
 from chaos.records import CaseRun
-from chaos.faults import PHASES
 from chaos.supervisor import SESSION, AgentCommand, Limits, Step, Supervisor
 from tests.agents import CRASHING, FAKE, HUNG, RUDE, argv
 from tests.integration import gone
@@ -305,6 +305,7 @@ class TestProtocol:
         ("mode", "message"),
         [
             ("garbage", "malformed line"),
+            ("deep", "malformed line"),
             ("version", "protocol version 2"),
             ("pid", "is not the connecting process"),
             ("order", "without a before-write"),
@@ -346,6 +347,16 @@ class TestOneWay:
         assert all(b.waited for b in run.barriers if b.phase == "before-write" and b.launch == 0)
         assert kill.snapshot_size == event.offset == kill.size_at_kill
         assert facts_of(kill.snapshot) == PLAN_TXS[:3] and facts_of(run.session) == PLAN_TXS
+
+    def test_resumes_at_once_wait_everywhere(self, tmp_path):
+        """The resumes of a dresume generation are held in lockstep (their hellos too), so they are told nothing and
+        wait at every barrier; the first launch, alone, still waits only where its fault can fire."""
+        run = supervise(tmp_path, self.oneway(), "dresume:toolStarted@after-sync#1")
+        pair = {l.index for l in run.launches[1:]}
+        assert len(pair) == 2 and run.verdict == "exit:0" and facts_of(run.session) == PLAN_TXS
+        assert all(b.waited for b in run.barriers if b.launch in pair)
+        assert any(b.launch in pair for b in run.barriers)
+        assert not all(b.waited for b in run.barriers if b.launch == 0)
 
     def test_an_agent_that_does_not_offer_it_waits_everywhere(self, tmp_path):
         """Without ``oneway`` in its hello, every barrier is answered and measured, as protocol 1 always was."""

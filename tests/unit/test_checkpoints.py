@@ -121,7 +121,8 @@ class TestExchange:
         assert [m["checkpoint"]["phase"] for m in sup.received[1:]] == ["before-write", "after-write", "after-sync"]
 
     @pytest.mark.parametrize("answer", [b'{"action":"continue","wait":["now"]}\n',
-                                        b'{"action":"continue","wait":"x"}\n', b'{"action":"continue","x":1}\n',
+                                        b'{"action":"continue","wait":"x"}\n', b'{"action":"continue","wait":null}\n',
+                                        b'{"action":"continue","x":1}\n',
                                         b'{"action":"fail","errno":"EIO"}\n'])
     def test_a_hello_answer_that_is_not_continue_is_lost(self, answer):
         """A hello answer other than continue with, at most, a list of known phases to wait at: a lost channel."""
@@ -156,15 +157,19 @@ class TestExchange:
         finally:
             sup.close()
 
-    @pytest.mark.parametrize("answer", [b"nonsense\n", b'{"action":"continue","x":1}\n',
-                                        b'{"action":"fail","errno":"EPERM"}\n'])
-    def test_invalid_answer_is_lost(self, answer):
-        """An answer that is not a valid protocol line is treated as a lost channel."""
+    @pytest.mark.parametrize("answer, reason", [
+        (b"nonsense\n", "invalid answer"), (b'{"action":"continue","x":1}\n', "invalid answer"),
+        (b'{"action":"fail","errno":"EPERM"}\n', "invalid answer"),
+        # two lines for one message: a supervisor answering a barrier the agent did not wait at
+        (b'{"action":"continue"}\n{"action":"continue"}\n', "a line no message asked for"),
+    ])
+    def test_invalid_answer_is_lost(self, answer, reason):
+        """An answer that is not a valid protocol line, or more than one, is treated as a lost channel."""
         sup = Supervisor([CONTINUE, answer])
         try:
             channel = CheckpointChannel(sup.path, on_lost=_raise_lost)
             channel.open(pid=1, session="s")
-            with pytest.raises(LostError, match="invalid answer"):
+            with pytest.raises(LostError, match=reason):
                 channel.hook(CP)
         finally:
             sup.close()
