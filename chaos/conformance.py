@@ -247,7 +247,7 @@ def snapshot_for(data: bytes, digest: str) -> dict | None:
     for raw in data.split(b"\n")[1:]:
         try:
             value = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: a line nested deeper than json parses
             continue
         for fact in value if isinstance(value, list) else [value]:
             record = fact.get("record") if isinstance(fact, dict) else None

@@ -45,7 +45,7 @@ def entry_kinds(data: bytes) -> dict[str, str]:
     for raw in data[: end + 1].split(b"\n")[1:]:
         try:
             value = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: a line nested deeper than json parses
             continue
         for fact in value if isinstance(value, list) else [value]:
             if not isinstance(fact, dict) or not isinstance(fact.get("id"), str):

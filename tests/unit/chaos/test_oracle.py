@@ -232,10 +232,13 @@ def test_a_correct_case_passes_every_invariant_and_says_what_it_checked():
 # -- 1. log-reduces
 
 
-def test_log_reduces_fails_on_a_corrupt_line_and_names_it():
-    """A complete line that is not JSON makes the final log fail to reduce, reported with code and line."""
+@pytest.mark.parametrize("line", [b'{"not a fact"\n', b"[" * 100_000 + b"]" * 100_000 + b"\n"],
+                         ids=["not-json", "nested-deeper-than-json-parses"])
+def test_log_reduces_fails_on_a_corrupt_line_and_names_it(line):
+    """A complete line that is not JSON (or nests deeper than the parser recurses) makes the final log fail to
+    reduce, reported with code and line, never an exception of the harness."""
     log = good_log()
-    data = log.data + b'{"not a fact"\n'
+    data = log.data + line
     found = failing(evidence(log, final_log=data))["log-reduces"]
     assert any("does not reduce: MALFORMED_JSON" in f and "line 10" in f for f in found)
 
