@@ -220,7 +220,6 @@ def write_bundle(
     return dest
 
 
-
 def equivalent_run_command(data: Mapping[str, Any], scenario_path: str = "scenario.toml") -> str:
     """The ``chaos run`` command that runs the same case (baseline + this schedule)."""
     words = ["chaos", "run", scenario_path, "--kill", "+".join(data["schedule"]), *target_of(data).cli_args()]

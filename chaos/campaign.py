@@ -417,7 +417,6 @@ def load_library(paths: Sequence[str], tags: Sequence[str] = ()) -> list[Entry]:
     return entries
 
 
-
 def _points(entry: Entry, transactions: Sequence[Mapping]) -> ScenarioPoints:
     sc = entry.scenario
     pinned = tuple(tuple(s.faults) for s in sc.schedules)
@@ -1062,6 +1061,23 @@ def _error_record(job: tuple, status: str, payload: Any) -> dict[str, Any]:
                        minimal=None, case_dir=None, run=None, tags=[])
 
 
+# What a campaign directory's result.json keeps that its journal does not (how long its sessions ran, whether one
+# was interrupted, the shards of a merge), and the type each must have to be taken.
+_STORED_RESULT = {"duration": float, "interrupted": bool, "shards": list[str]}
+
+
+def stored_result(directory: str | Path) -> dict[str, Any] | None:
+    """Those members of ``directory``'s result.json, each only when it has its type (the journal is the record:
+    render, history and merge rebuild the rest from it); None when there is no such file, or it is no JSON object
+    (the campaign did not finish, or the file is damaged)."""
+    from chaos import shapes
+
+    value = read_json(Path(directory) / RESULT)
+    if not isinstance(value, dict):
+        return None
+    return {key: value[key] for key, kind in _STORED_RESULT.items() if key in value and shapes.fits(value[key], kind)}
+
+
 def stored_options(directory: str | Path) -> CampaignOptions:
     """The options a campaign directory was started with (``--resume``); ``CampaignError`` when it is not one."""
     try:
@@ -1557,8 +1573,8 @@ def merge_journals(dirs: Sequence[str | Path], *, force: bool = False) -> Campai
             raise CampaignError(str(exc)) from None
         for cid, rec in journal.items():
             records.setdefault(cid, rec)
-        previous = read_json(d / RESULT)
-        durations.append(float(previous["duration"]) if previous else float(params.get("elapsed", 0.0)))
+        previous = stored_result(d) or {}
+        durations.append(float(previous.get("duration") or params.get("elapsed", 0.0)))
     first = dict(params_list[0])
     plans = [p.get("plan", {}) for p in params_list]
     merged_plan: dict[str, Any] = dict(plans[0])

@@ -106,6 +106,8 @@ def expected(hint: Any) -> str:
 
 def _plural(hint: Any) -> str:
     word = expected(hint)
+    if word.startswith("a JSON object"):  # "a JSON object of strings" → "JSON objects of strings"
+        return "JSON objects" + word[len("a JSON object"):]
     return {"an integer": "integers", "a string": "strings", "a number": "numbers",
             "true or false": "booleans"}.get(word, word)
 

@@ -348,9 +348,8 @@ def replay_ids(out: str | Path, series: Mapping[str, Any], exclude: str | None =
 def rebuild(out: str | Path) -> dict[str, Any]:
     """``chaos report history OUT_DIR``: refresh the run of every campaign directory under ``out`` (oldest first),
     keep runs whose directory is gone, and re-render ``index.html``. ``ValueError`` when there is none at all."""
-    from chaos.campaign import RESULT, build_result
+    from chaos.campaign import build_result, stored_result
     from chaos.errors import ChaosError
-    from chaos.files import read_json
     from chaos.journal import JOURNAL, read_campaign, read_journal
 
     out = Path(out)
@@ -362,12 +361,11 @@ def rebuild(out: str | Path) -> dict[str, Any]:
         try:
             params = read_campaign(directory)
             records = read_journal(directory / JOURNAL)
-            previous = read_json(directory / RESULT)
-            if params.get("merged_from") or not isinstance(previous, dict):
-                continue  # a merge is a view of shards, not a run; no result.json (or not one): not finished
-            duration = previous.get("duration")
-            result = build_result(params, records, interrupted=bool(previous.get("interrupted")),
-                                  duration=float(duration) if isinstance(duration, (int, float)) else 0.0)
+            previous = stored_result(directory)
+            if params.get("merged_from") or previous is None:
+                continue  # a merge is a view of shards, not a run; without a result.json, not finished
+            result = build_result(params, records, interrupted=previous.get("interrupted", False),
+                                  duration=previous.get("duration", 0.0))
         except (ChaosError, OSError, ValueError):
             # Unreadable, or a campaign.json edited out of shape (JournalError, CampaignError): not a run to compare.
             continue

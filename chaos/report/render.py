@@ -166,7 +166,6 @@ def make_bundles(directory: Path, params: Mapping[str, Any], report: CampaignRep
     return notes
 
 
-
 def render_result(result: Any, directory: str | Path, params: Mapping[str, Any] | None = None,
                   *, bundles: bool = True) -> tuple[dict[str, Path], list[str]]:
     """Bundles (unless ``bundles`` is False) and the three renderings of ``result`` in ``directory``."""
@@ -182,18 +181,12 @@ def render_result(result: Any, directory: str | Path, params: Mapping[str, Any] 
 
 def render_campaign(directory: str | Path) -> tuple[dict[str, Path], list[str]]:
     """``chaos report render DIR``: rebuild the result from the journal and (re)write bundles and renderings."""
-    from chaos.campaign import RESULT, build_result
+    from chaos.campaign import build_result, stored_result
     from chaos.journal import JOURNAL, read_campaign, read_journal
 
     directory = Path(directory)
-    from chaos import shapes
-
     params = read_campaign(directory)
-    # The journal is the record; the previous result.json only keeps what it does not hold (how long the sessions
-    # ran, whether one was interrupted, the shards of a merge), each taken only when it has its type.
-    previous = read_json(directory / RESULT)
-    previous = {k: v for k, v in (previous if isinstance(previous, dict) else {}).items()
-                if shapes.fits(v, {"duration": float, "interrupted": bool, "shards": list[str]}.get(k, Any))}
+    previous = stored_result(directory) or {}
     result = build_result(params, read_journal(directory / JOURNAL),
                           duration=float(previous.get("duration") or params.get("elapsed") or 0.0),
                           interrupted=previous.get("interrupted", False), shards=previous.get("shards", []))

@@ -52,3 +52,12 @@ def test_field_problems_check_an_instance():
     assert shapes.field_problems(Sample(pairs=(("a", "b"),)), "t") == []
     assert shapes.field_problems(Sample(name=5, mode="z"), "t") == [  # type: ignore[arg-type]
         "t.name: expected a string, got the number 5", 't.mode: expected one of "a", "b", got a string "z"']
+
+
+@pytest.mark.parametrize("hint, words", [
+    (list[dict], "a list of JSON objects"), (dict[str, dict[str, int]], "a JSON object of JSON objects of integers"),
+    (list[str], "a list of strings"), (dict[str, str] | None, "a JSON object of strings or null"),
+])
+def test_a_hint_in_words_is_plural_inside_a_container(hint, words):
+    """expected() names the members of a list or object in the plural ("a list of JSON objects")."""
+    assert shapes.expected(hint) == words
