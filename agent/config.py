@@ -185,7 +185,8 @@ def load_config(*, workspace, model: str | None = None, base_url: str | None = N
 
 
 def tool_elements(config: AgentConfig) -> list[dict]:
-    """The request's ``tools`` array: one definition per enabled tool, in canonical order."""
+    """The request's ``tools`` array: one definition per enabled tool, in canonical order — the module's own
+    definitions, shared (``tools.request_elements``): to be serialised, never changed."""
     return request_elements(config.tools)
 
 

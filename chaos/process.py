@@ -138,11 +138,15 @@ def run_bounded(argv: Sequence[str], env: Mapping[str, str], timeout: float,
         try:
             proc.communicate(timeout=DRAIN_SECONDS)
         except subprocess.TimeoutExpired:
-            # A process that left the session (setsid) still holds the output pipes: it is not ours to kill, and
-            # waiting for its end of file could take forever. The leader is dead; drop the pipes and reap it.
+            # A process that left the session (setsid) still holds the output pipes: outside the session, it is not
+            # the sweep's to kill, and waiting for its end of file could take forever. Drop the pipes; reap the
+            # leader (SIGKILLed above) if it is gone: one that is not (stuck in the kernel) kill_processes reported.
             for stream in (proc.stdout, proc.stderr):
                 stream.close()
-            proc.wait()
+            try:
+                proc.wait(DRAIN_SECONDS)
+            except subprocess.TimeoutExpired:
+                pass
         raise
     else:
         # What it left running in its session (a daemon it started) ends with it: a question is not a case. (While

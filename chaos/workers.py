@@ -640,10 +640,7 @@ def worker_main(config: WorkerConfig, conn: Connection, parent: int, loops: int 
     # handle: it stops on them (chaos.cli.Stopped) and closes its pool, so each worker sweeps what it launched. Each
     # gets a handler that does nothing, not SIG_IGN: an ignored signal stays ignored across exec (POSIX), and a target
     # a worker execs would start deaf to the ``int`` fault's SIGINT; a caught one is reset to the default by exec, so
-    # an exec'd target starts with the dispositions it has under `chaos run`. (Session 15 saw the concurrent-resume
-    # probe campaign fail more properties than it expects in 1 of 3 loaded runs with these handlers; 22 runs since,
-    # 10 of them beside the full suite, all held: nothing in a probe campaign sends these signals, and the no-lock
-    # race it expects is timing-dependent.)
+    # an exec'd target starts with them at their defaults.
     signal.signal(signal.SIGINT, _ignore)
     signal.signal(signal.SIGTERM, _ignore)
     signal.signal(signal.SIGHUP, _ignore)
