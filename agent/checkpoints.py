@@ -95,7 +95,8 @@ class CheckpointChannel:
         self._lost(f"the hello may only be answered with continue (and the phases to wait at): {raw[:200]!r}")
 
     def hook(self, checkpoint) -> int | None:
-        """Report one barrier and block for the answer: None to continue, or the errno the store must inject."""
+        """Report one barrier and, at a phase the agent waits at, block for the answer: None to continue, or the errno
+        the store must inject."""
         phase = checkpoint.phase
         waits = self._wait is None or phase in self._wait
         message = {

@@ -487,6 +487,7 @@ class _Case:
             file_size=size,
             at=at,
             fault=format_fault(fault) if fault else None,
+            waited=waited,
         )
         self.run_rec.barriers.append(event)
         if phase == "before-write":
@@ -516,8 +517,6 @@ class _Case:
                 return
             if waited:
                 event.answer = {"action": "continue"}  # sent above (if the agent was still there to read it)
-            else:
-                event.waited = False
             return
         self.gen_faults.append(fault)
         if fault.kills:
