@@ -387,7 +387,7 @@ class LogView:
                 break
             try:
                 value = json.loads(raw.decode("utf-8"))
-            except (UnicodeDecodeError, ValueError, RecursionError):  # RecursionError: [[[… deeper than json parses
+            except (UnicodeDecodeError, ValueError):  # (a line nested too deep stops the reducer first, at `stop`)
                 if self.error is None:
                     self.error = {"code": "MALFORMED_JSON", "line": number}
                 break
