@@ -2,7 +2,8 @@
 
 What it is for. The chaos harness kills the agent at *named* points of the durable log ("after the toolStarted
 is written but before it is synced"). When ``CHAOS_CONTROL`` names a Unix socket, the agent connects after creating
-or opening its session file, says hello, and then reports three barriers per commit through the store's hook
+or opening its session file, says hello (reading the answer only before its first barrier, so the round trip
+overlaps its start-up), and then reports three barriers per commit through the store's hook
 (``before-write``, ``after-write``, ``after-sync``). A message waits for the supervisor's one-line answer, so the
 supervisor can SIGKILL the agent while it is parked exactly at the barrier, inject a write/fsync failure
 (``fail``), or let it continue — at every barrier, unless the hello's answer names the phases it will act at
@@ -60,6 +61,7 @@ class CheckpointChannel:
         self._sock = None
         self._buffer = bytearray()
         self._wait: frozenset[str] | None = None  # the phases answered (the hello's "wait"); None: every phase
+        self._hello_pending = False  # the hello is sent and its answer not read yet (see open)
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str], **kwargs) -> "CheckpointChannel | None":
@@ -68,7 +70,8 @@ class CheckpointChannel:
         return cls(path, **kwargs) if path else None
 
     def open(self, *, pid: int, session: str) -> None:
-        """Connect and exchange the hello; called once the session file exists (the header is not a barrier)."""
+        """Connect and send the hello; called once the session file exists (the header is not a barrier). The hello's
+        answer is read later (``_settle_hello``): before the first barrier, or when the channel closes without one."""
         import socket  # lazily: without CHAOS_CONTROL the agent never needs it
 
         try:
@@ -80,7 +83,15 @@ class CheckpointChannel:
         self._sock = sock
         # "oneway": this agent can be told, in the hello's answer, at which phases to wait (docs/protocol.md).
         hello = {"hello": {"pid": pid, "session": session, "protocol": PROTOCOL_VERSION, "oneway": True}}
-        raw = self._send_and_read(hello)
+        # Not waited for here: the agent writes nothing to the session before its first barrier, which reads the
+        # answer first, so the round trip (~0.3 ms: the supervisor wakes, checks the hello, answers) overlaps the
+        # agent's own start-up (client, runner, first plan) instead of stalling it (docs/protocol.md, Framing).
+        self._hello_pending = self._send(hello)
+
+    def _settle_hello(self) -> None:
+        """Read and check the hello's answer (before any other message is sent: strict alternation holds)."""
+        self._hello_pending = False
+        raw = self._read_answer()
         if raw is None:
             return
         try:
@@ -97,6 +108,8 @@ class CheckpointChannel:
     def hook(self, checkpoint) -> int | None:
         """Report one barrier and, at a phase the agent waits at, block for the answer: None to continue, or the errno
         the store must inject."""
+        if self._hello_pending:
+            self._settle_hello()
         phase = checkpoint.phase
         waits = self._wait is None or phase in self._wait
         message = {
@@ -118,7 +131,10 @@ class CheckpointChannel:
         return injected
 
     def close(self) -> None:
-        """Close the socket (end of process; the supervisor sees EOF and then the exit status)."""
+        """Close the socket (end of process; the supervisor sees EOF and then the exit status). A hello never
+        followed by a barrier has its answer read and checked first: a wrong one is refused (exit 7) as at a barrier."""
+        if self._hello_pending:
+            self._settle_hello()
         sock, self._sock = self._sock, None
         if sock is not None:
             sock.close()
@@ -134,6 +150,10 @@ class CheckpointChannel:
         """Send one line and read the answer line; None once the channel is lost (``_lost`` was called)."""
         if not self._send(message):
             return None
+        return self._read_answer()
+
+    def _read_answer(self) -> bytes | None:
+        """Read the one answer line to the message just sent; None once the channel is lost."""
         try:
             # recv interrupted by SIGINT/SIGTERM is retried after our flag-only handler (PEP 475): a signal at a
             # barrier never loses the barrier, the loop acts on the flag after the commit returns.

@@ -124,15 +124,38 @@ class TestExchange:
                                         b'{"action":"continue","wait":"x"}\n', b'{"action":"continue","wait":null}\n',
                                         b'{"action":"continue","x":1}\n',
                                         b'{"action":"fail","errno":"EIO"}\n'])
-    def test_a_hello_answer_that_is_not_continue_is_lost(self, answer):
-        """A hello answer other than continue with, at most, a list of known phases to wait at: a lost channel."""
+    @pytest.mark.parametrize("then", ["barrier", "close"])
+    def test_a_hello_answer_that_is_not_continue_is_lost(self, answer, then):
+        """A hello answer other than continue with, at most, a list of known phases to wait at: a lost channel, found
+        at the first barrier or, for an agent that ends without one, when it closes the channel."""
         sup = Supervisor([answer])
         try:
             channel = CheckpointChannel(sup.path, on_lost=_raise_lost)
+            channel.open(pid=1, session="s")
             with pytest.raises(LostError, match="the hello may only be answered with continue"):
-                channel.open(pid=1, session="s")
+                channel.hook(CP) if then == "barrier" else channel.close()
         finally:
             sup.close()
+        assert len(sup.received) == 1, "a checkpoint was sent before the hello's answer was read"
+
+    def test_the_hello_answer_is_read_before_the_first_checkpoint_is_sent(self):
+        """open() sends the hello and returns without its answer; the first barrier reads that answer before it sends
+        anything, so the supervisor, which closes after the hello without answering, receives nothing more."""
+        with tempfile.TemporaryDirectory(prefix="kp-cp-") as tmp:
+            path = os.path.join(tmp, "control.sock")
+            server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            server.bind(path)
+            server.listen(1)
+            channel = CheckpointChannel(path, on_lost=_raise_lost)
+            channel.open(pid=1, session="s")  # returns with no answer sent (the old exchange would block here)
+            conn, _ = server.accept()
+            with conn, server:
+                reader = conn.makefile("rb")
+                assert json.loads(reader.readline())["hello"]["pid"] == 1
+                conn.shutdown(socket.SHUT_WR)  # no answer: the agent reads end-of-file
+                with pytest.raises(LostError, match="connection closed by the supervisor"):
+                    channel.hook(CP)
+                assert reader.read() == b"", "the checkpoint was sent before the hello's answer was read"
 
     @pytest.mark.parametrize("name,number", [("ENOSPC", errno.ENOSPC), ("EIO", errno.EIO)])
     def test_fail_returns_errno(self, name, number):
