@@ -2,13 +2,13 @@
 
 What it is for. The chaos harness kills the agent at *named* points of the durable log ("after the toolStarted
 is written but before it is synced"). When ``CHAOS_CONTROL`` names a Unix socket, the agent connects after creating
-or opening its session file, says hello (reading the answer only before its first barrier, so the round trip
-overlaps its start-up), and then reports three barriers per commit through the store's hook
-(``before-write``, ``after-write``, ``after-sync``). A message waits for the supervisor's one-line answer, so the
-supervisor can SIGKILL the agent while it is parked exactly at the barrier, inject a write/fsync failure
-(``fail``), or let it continue — at every barrier, unless the hello's answer names the phases it will act at
-(``wait``): a barrier of another phase is then only reported, and the agent goes on at once (a round trip is two
-wake-ups of two processes, ~0.14 ms, and a case has ~30 barriers of which one or two can fire).
+or opening its session file, says hello (reading the answer only once its client and loop are built, before it
+plans or runs anything, so the round trip overlaps that start-up), and then reports three barriers per commit
+through the store's hook (``before-write``, ``after-write``, ``after-sync``). A message waits for the supervisor's
+one-line answer, so the supervisor can SIGKILL the agent while it is parked exactly at the barrier, inject a
+write/fsync failure (``fail``), or let it continue — at every barrier, unless the hello's answer names the phases
+it will act at (``wait``): a barrier of another phase is then only reported, and the agent goes on at once (a round
+trip is two wake-ups of two processes, ~0.14 ms, and a case has ~30 barriers of which one or two can fire).
 
 Invariants it protects:
 
@@ -71,7 +71,8 @@ class CheckpointChannel:
 
     def open(self, *, pid: int, session: str) -> None:
         """Connect and send the hello; called once the session file exists (the header is not a barrier). The hello's
-        answer is read later (``_settle_hello``): before the first barrier, or when the channel closes without one."""
+        answer is read later (``settle``): before the agent plans or runs anything, else at the first barrier or when
+        the channel closes."""
         import socket  # lazily: without CHAOS_CONTROL the agent never needs it
 
         try:
@@ -83,10 +84,17 @@ class CheckpointChannel:
         self._sock = sock
         # "oneway": this agent can be told, in the hello's answer, at which phases to wait (docs/protocol.md).
         hello = {"hello": {"pid": pid, "session": session, "protocol": PROTOCOL_VERSION, "oneway": True}}
-        # Not waited for here: the agent writes nothing to the session before its first barrier, which reads the
-        # answer first, so the round trip (~0.3 ms: the supervisor wakes, checks the hello, answers) overlaps the
-        # agent's own start-up (client, runner, first plan) instead of stalling it (docs/protocol.md, Framing).
+        # Not waited for here: the agent builds its client, runner and loop (no effect outside itself) and reads the
+        # answer before it plans or runs anything (``settle``), so the round trip (~0.3 ms: the supervisor wakes,
+        # checks the hello, answers) overlaps that start-up instead of stalling it (docs/protocol.md, Framing).
         self._hello_pending = self._send(hello)
+
+    def settle(self) -> None:
+        """Read and check the hello's answer if it is still unread; idempotent. The agent calls it before it plans or
+        runs anything (a replayed tool, a planner command), so nothing with an effect happens under a supervisor
+        that never answered; ``hook`` and ``close`` call it too."""
+        if self._hello_pending:
+            self._settle_hello()
 
     def _settle_hello(self) -> None:
         """Read and check the hello's answer (before any other message is sent: strict alternation holds)."""
@@ -108,8 +116,7 @@ class CheckpointChannel:
     def hook(self, checkpoint) -> int | None:
         """Report one barrier and, at a phase the agent waits at, block for the answer: None to continue, or the errno
         the store must inject."""
-        if self._hello_pending:
-            self._settle_hello()
+        self.settle()
         phase = checkpoint.phase
         waits = self._wait is None or phase in self._wait
         message = {
@@ -131,10 +138,9 @@ class CheckpointChannel:
         return injected
 
     def close(self) -> None:
-        """Close the socket (end of process; the supervisor sees EOF and then the exit status). A hello never
-        followed by a barrier has its answer read and checked first: a wrong one is refused (exit 7) as at a barrier."""
-        if self._hello_pending:
-            self._settle_hello()
+        """Close the socket (end of process; the supervisor sees EOF and then the exit status). A hello whose answer
+        is still unread has it read and checked first: a wrong one is refused (exit 7) as at a barrier."""
+        self.settle()
         sock, self._sock = self._sock, None
         if sock is not None:
             sock.close()

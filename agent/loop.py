@@ -492,11 +492,17 @@ def execute_command(args, environ: Mapping[str, str]) -> int:
             loop = Loop(store, executor, model, interrupt=interrupt, max_steps=config.max_steps,
                         planner_bugs=bugs & bug_switches.PLANNER_BUGS, planner_command=planner_command,
                         note=_note)
+            if channel is not None:
+                # The hello's answer, read only now (its round trip overlapped the set-up above): before the first
+                # plan, which may run a replayed tool or a planner command, and while the lock is held.
+                channel.settle()
             status = _command(args, loop)
             usage = store.state["usage"]
             _note("usage (session totals from the log): " + " ".join(f"{k}={usage[k]}" for k in usage))
             return status
         finally:
+            if channel is not None:
+                channel.settle()  # before the lock goes (a dresume sibling must not find it free meanwhile)
             store.close()
             if channel is not None:
                 channel.close()

@@ -8,10 +8,11 @@ process):
 
 1. Launch a *generation* (one process; K for ``dresume(K)``) with ``CHAOS_CONTROL`` naming our Unix socket.
 2. Each connection sends ``hello`` then barrier messages; every message is answered by one line, and the agent
-   blocks until it arrives — so at a barrier the agent is paused exactly there and a SIGKILL lands precisely. An
-   agent that offers it (``oneway`` in its hello) is told to wait only at the phases where this case can act
-   (``wait_phases``: after-sync, and the phases of the faults still to fire); its other barriers are read, numbered
-   and recorded as any, unanswered (docs/protocol.md).
+   blocks until it arrives (the hello's answer it may read a moment later, before it acts: docs/protocol.md) — so at
+   a barrier the agent is paused exactly there and a SIGKILL lands precisely. An agent that offers it (``oneway``
+   in its hello) is told to wait only at the phases where this case can act (``wait_phases``: after-sync, and the
+   phases of the faults still to fire); its other barriers are read, numbered and recorded as any, unanswered
+   (docs/protocol.md).
 3. At each barrier the ``Matcher`` (chaos.faults) says which fault fires: ``kill``/``torn``/``powerloss``/``dresume``
    SIGKILL the agent's whole session (no answer) and, for torn/powerloss, cut the file before anything restarts;
    ``int`` sends SIGINT then answers continue; ``ioerror`` answers ``fail``. After-sync barriers are recorded as

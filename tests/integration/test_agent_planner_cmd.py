@@ -23,7 +23,8 @@ import pytest
 from agent import bugs as bug_switches
 from tests.integration.test_agent_importtime import idle_session, imported_modules
 from tests.integration.test_agent_recovery import crash, plans, tool_run  # noqa: F401 - fixture
-from tests.integration.test_agent_run import REPO, agent, names, records, script, state_of, stub  # noqa: F401
+from tests.integration.test_agent_run import (REPO, Supervisor, agent, names, records, script, state_of,  # noqa: F401
+                                              stub)
 from tests.openai_stub import completion
 
 PY = shlex.quote(sys.executable)
@@ -292,6 +293,28 @@ class TestScope:
                                                    "AGENT_PLANNER_CMD": correct})
         assert result.status == 0 and result.out == "done\n"
         assert [p["type"] for p in plans(result.err)] == ["finish"]
+
+
+class TestCheckpointChannel:
+    def test_the_hello_is_answered_before_the_first_plan(self, agent, stub, tool_run, tmp_path):
+        """Under a supervisor that closes after the hello without answering, the agent exits 7 before it plans: the
+        planner command never runs, no tool is replayed, nothing is appended (the hello's answer is read late, but
+        before anything with an effect)."""
+        cut = crash(agent, tool_run, lambda n: n == ("toolStarted",))  # the first plan would replay the read
+        before = cut.read_bytes()
+        cmd, calls = counting(agent.tmp)
+        supervisor = Supervisor(tmp_path, lambda message: None)  # reads the hello, then closes
+        try:
+            env = {**os.environ, **agent.env, "CHAOS_CONTROL": supervisor.path, "AGENT_PLANNER_CMD": cmd}
+            proc = subprocess.run([sys.executable, "-m", "agent", "resume", str(cut)], capture_output=True,
+                                  text=True, timeout=60, env=env, cwd=REPO)
+        finally:
+            supervisor.close()
+        assert proc.returncode == 7, proc.stderr
+        assert "checkpoint channel lost" in proc.stderr and "Traceback" not in proc.stderr
+        assert [next(iter(m)) for m in supervisor.messages] == ["hello"]
+        assert not calls.exists(), "the planner command ran before the hello's answer was read"
+        assert cut.read_bytes() == before
 
 
 class TestInterrupt:

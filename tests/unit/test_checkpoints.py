@@ -147,8 +147,11 @@ class TestExchange:
             server.bind(path)
             server.listen(1)
             channel = CheckpointChannel(path, on_lost=_raise_lost)
-            channel.open(pid=1, session="s")  # returns with no answer sent (the old exchange would block here)
+            opening = threading.Thread(target=channel.open, kwargs={"pid": 1, "session": "s"}, daemon=True)
+            opening.start()
             conn, _ = server.accept()
+            opening.join(10)  # no answer is ever sent: an open() that waited for one would still be blocked
+            assert not opening.is_alive(), "open() waited for the hello's answer"
             with conn, server:
                 reader = conn.makefile("rb")
                 assert json.loads(reader.readline())["hello"]["pid"] == 1
