@@ -47,30 +47,39 @@ def one_round(path: str, heap: list[bytearray], pages: int) -> tuple[float, floa
         finally:
             os._exit(1)
     os.close(ready_w)
+    reaped = None
     try:
-        if os.read(ready_r, 1) != b"x":
-            raise RuntimeError("the child ended before it held the lock")
+        try:
+            if os.read(ready_r, 1) != b"x":
+                raise RuntimeError("the child ended before it held the lock")
+        finally:
+            os.close(ready_r)
+        fd = os.open(path, os.O_RDWR)
+        try:
+            start = time.monotonic()
+            os.kill(pid, signal.SIGKILL)
+            freed = None
+            while reaped is None:
+                if freed is None:
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        freed = time.monotonic()
+                    except BlockingIOError:
+                        pass
+                if os.waitpid(pid, os.WNOHANG)[0]:
+                    reaped = time.monotonic()
+            if freed is None:  # freed between the last try and the reap
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                freed = reaped
+        finally:
+            os.close(fd)  # drops this process's lock for the next round
     finally:
-        os.close(ready_r)
-    fd = os.open(path, os.O_RDWR)
-    try:
-        start = time.monotonic()
-        os.kill(pid, signal.SIGKILL)
-        freed = reaped = None
-        while reaped is None:
-            if freed is None:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    freed = time.monotonic()
-                except BlockingIOError:
-                    pass
-            if os.waitpid(pid, os.WNOHANG)[0]:
-                reaped = time.monotonic()
-        if freed is None:  # freed between the last try and the reap
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            freed = reaped
-    finally:
-        os.close(fd)  # drops this process's lock for the next round
+        if reaped is None:  # whatever failed (Ctrl-C included), the child is not left behind, nor its zombie
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            os.waitpid(pid, 0)
     return (freed - start) * 1000, (reaped - start) * 1000
 
 

@@ -264,9 +264,9 @@ def kill_session(proc: AgentProcess, timeout: float) -> KillReport:
     if proc.poll() is None:
         report.killed.append(proc_info(proc.pid))
         proc.send_signal(signal.SIGKILL)
-    # Until the leader is reaped, not merely dying: nothing of the case may start before (a restart could not anyway:
-    # the kernel drops a dying process's flock on the session only after freeing its memory, ~0.03 ms before the
-    # reap: bench/exitorder.py).
+    # Until the leader is reaped, not merely dying: nothing of the case may start before (a restart could not take
+    # the session's lock earlier anyway: the kernel drops a dying process's flock only after freeing its memory,
+    # ~0.03 ms before the reap, bench/exitorder.py; launched sooner it would be refused, exit 6).
     rest = kill_processes(lambda: [*tree, *session_members(proc.session_id)], timeout,
                           leader_done=lambda: proc.wait(0.005) is not None)
     report.killed += rest.killed
