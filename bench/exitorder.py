@@ -11,7 +11,7 @@ that heap (a launch of the bundled agent writes ~1,400), SIGKILLs it, and then s
 ``LOCK_NB`` and the reap with ``waitpid(WNOHANG)``, until both succeed. Printed: the medians of kill → lock free and
 kill → reaped (the baseline, the same round) and how much earlier the lock frees. On Linux the lock frees only tens
 of microseconds before the reap: ``do_exit`` frees the address space (``exit_mm``) before it closes the files
-(``exit_files``, which drops the lock), so no restart can start earlier than the reap allows.
+(``exit_files``, which drops the lock), so no restart can take the lock earlier (one launched sooner is refused).
 
 Figures, never thresholds: nothing fails.
 """
