@@ -92,12 +92,10 @@ class CheckpointChannel:
     def settle(self) -> None:
         """Read and check the hello's answer if it is still unread; idempotent. The agent calls it before it plans or
         runs anything (a replayed tool, a planner command), so nothing with an effect happens under a supervisor
-        that never answered; ``hook`` and ``close`` call it too."""
-        if self._hello_pending:
-            self._settle_hello()
-
-    def _settle_hello(self) -> None:
-        """Read and check the hello's answer (before any other message is sent: strict alternation holds)."""
+        that never answered; ``hook`` and ``close`` call it too. Strict alternation holds: no other message is sent
+        before it."""
+        if not self._hello_pending:
+            return
         self._hello_pending = False
         raw = self._read_answer()
         if raw is None:
