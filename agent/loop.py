@@ -70,6 +70,7 @@ class Result:
     finished_kind: str | None = None  # "run" | "compaction"
     final_text: str | None = None  # content of the final assistant entry of a completed run
     cause: str | None = None  # a run failed for its model step: that step's own error (the live failure), if found
+    server: str | None = None  # ... and the model server this process was configured to ask
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -277,7 +278,10 @@ class Loop:
         cause = None
         if plan.get("outcome") == "failed" and plan["error"].get("code") == "model_error" and operation_id:
             cause = self._step_failure(operation_id)
-        return Result(status, reason, plan, kind, text, cause)
+        # A refused connection or a 404 says little without the address: the server this process was told to ask
+        # (--base-url, else OPENAI_BASE_URL, else the default; never the API key or a password in the URL).
+        server = getattr(self.executor.provider, "address", None) if cause is not None else None
+        return Result(status, reason, plan, kind, text, cause, server)
 
     def _step_failure(self, operation_id: str) -> str | None:
         """``code: message`` of the operation's last stepFailed. The §14.4 finish (P3.5) says only "provider request
@@ -453,6 +457,7 @@ def _exit_status(command: str, result: Result) -> int:
     if plan["outcome"] == "failed":
         error = plan["error"]
         because = f" ({result.cause})" if result.cause else ""
+        because += f"; model server {result.server}" if result.server else ""
         _note(f"{result.finished_kind or 'operation'} failed: {error['code']}: {error['message']}{because}")
         return exits.EXIT_FAILED
     # aborted: the goal of `abort`; for any other command the operation was interrupted (now reconciled).

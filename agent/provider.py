@@ -369,6 +369,12 @@ class ChatClient:
         return f"ChatClient({self.base_url!r}, timeout={self.timeout})"
 
     @property
+    def address(self) -> str:
+        """The base URL to show a person: without a ``user:password@`` part, which a URL may carry."""
+        host = f"[{self._host}]" if ":" in self._host else self._host
+        return f"{self._scheme}://{host}{'' if self._port is None else f':{self._port}'}{self._path}"
+
+    @property
     def cancelled(self) -> bool:
         """True once ``cancel()`` was called."""
         return self._cancelled

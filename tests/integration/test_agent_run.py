@@ -306,7 +306,7 @@ class TestLiveErrors:
     ], ids=["429", "5xx", "4xx", "timeout", "reset", "malformed", "tool_calls-without-calls", "other-finish"])
     def test_live_error_is_step_failed_and_never_retried(self, agent, stub, reply, code):
         """Each live error is one stepFailed with its specific code, one request, and a failed run (exit 4) whose
-        line on stderr says which live error it was."""
+        line on stderr says which live error it was and which model server was asked."""
         script(stub, [reply])
         result = agent.run("go", "--request-timeout", "0.5")
         assert result.status == 4
@@ -316,8 +316,8 @@ class TestLiveErrors:
         finished = records(result.path, "operationFinished")[0]
         assert finished["outcome"] == "failed"
         assert finished["error"] == {"code": "model_error", "message": "provider request failed"}
-        assert (f"run failed: model_error: provider request failed ({code}: {failed['error']['message']})"
-                in result.err)
+        assert (f"run failed: model_error: provider request failed ({code}: {failed['error']['message']}); "
+                f"model server {stub.base_url}" in result.err)
 
 
 class TestStepBudget:

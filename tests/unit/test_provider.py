@@ -83,6 +83,15 @@ class TestRequest:
         """The client's repr never shows the API key."""
         assert "sk-secret" not in repr(ChatClient("http://127.0.0.1:1/v1", "sk-secret"))
 
+    @pytest.mark.parametrize("url, shown", [
+        ("http://127.0.0.1:8000/v1/", "http://127.0.0.1:8000/v1"),
+        ("https://bob:secret@api.example/v1", "https://api.example/v1"),
+        ("http://[::1]:9/v1", "http://[::1]:9/v1"),
+    ], ids=["port-path", "userinfo", "ipv6"])
+    def test_address_shows_the_url_without_credentials(self, url, shown):
+        """The address shown to a person is the base URL without a user:password part, IPv6 hosts bracketed."""
+        assert ChatClient(url, "sk-secret", environ={}).address == shown
+
     def test_callable_script_answers_from_the_request(self):
         """A callable script computes each answer from the recorded request; chat requests are not summaries."""
         def script(request):
