@@ -155,7 +155,7 @@ def deduplicate(failed: list[CaseReport]) -> list[dict[str, Any]]:
                 "fact": key[2] if not diverged else key[1], "divergence": key[2] if diverged else None,
                 "count": 0, "cases": [], "example": case.id, "minimal": case.minimal or case.schedule,
                 "bundle": case.bundle,
-                "message": next((f.message for f in case.failures if diverged or f.invariant == key[0]), ""),
+                "message": _message(case, key),
             })
             g["count"] += 1
             g["cases"].append(case.id)
@@ -163,9 +163,15 @@ def deduplicate(failed: list[CaseReport]) -> list[dict[str, Any]]:
                 names = [n for n in g["invariant"].split(", ") if n] + case.invariants
                 g["invariant"] = ", ".join(dict.fromkeys(names))
             mine = case.minimal or case.schedule
-            if mine and len(mine) < len(g["minimal"] or []):
-                g["minimal"], g["example"], g["bundle"] = mine, case.id, case.bundle
+            if mine and len(mine) < len(g["minimal"] or []):  # the message goes with the example it describes
+                g["minimal"], g["example"], g["bundle"], g["message"] = mine, case.id, case.bundle, _message(case, key)
     return sorted(groups.values(), key=lambda g: (-g["count"], g["invariant"], g["action"], g["fact"]))
+
+
+def _message(case: CaseReport, key: tuple[str, str, str]) -> str:
+    """What ``case`` says about the failure its group ``key`` stands for: its first message for that invariant (any
+    of its messages for a group of one recovery divergence)."""
+    return next((f.message for f in case.failures if key[0] == "divergence" or f.invariant == key[0]), "")
 
 
 def _failure_entry(case: CaseReport) -> dict[str, Any]:

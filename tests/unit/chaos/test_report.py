@@ -170,6 +170,15 @@ class TestSummary:
         assert first == second
         assert first[0]["example"] == "s::assistant@after-sync#2" and first[0]["message"] == "a"
 
+    def test_a_groups_message_is_its_examples(self):
+        """When a later case (by id) has the shorter minimal schedule and becomes the example, its message comes too."""
+        long = failing_case(id="s::a", minimal=["toolStarted@after-sync#1", "assistant@after-sync#1"],
+                            failures=[InvariantFailure("converges", "said by the long one", [])])
+        short = failing_case(id="s::b", minimal=["assistant@after-sync#3"],
+                             failures=[InvariantFailure("converges", "said by the short one", [])])
+        [group] = summarize(campaign([long, short]))["failures"]["deduplicated"]
+        assert (group["example"], group["message"]) == ("s::b", "said by the short one")
+
     def test_engine_keys_and_coverage_are_used_when_given(self):
         """The engine's dedup keys (canonical kill point) and its coverage are used, not re-derived from texts."""
         case = failing_case(minimal=["tx:4@after-sync"])
