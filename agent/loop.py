@@ -70,7 +70,7 @@ class Result:
     finished_kind: str | None = None  # "run" | "compaction"
     final_text: str | None = None  # content of the final assistant entry of a completed run
     cause: str | None = None  # a run failed for its model step: that step's own error (the live failure), if found
-    server: str | None = None  # ... and the model server this process was configured to ask
+    server: str | None = None  # ... and the model server it came from, when this process made that request
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -168,7 +168,11 @@ class Loop:
         self.steps = StepCounter(store)
         self.log_plans = False
         self._note = note or (lambda text: None)
+        # Operations for which this process committed a stepFailed: their last one is then this process's (its
+        # commits follow every earlier process's), so its live error came from this process's model server.
+        self._failed_here: set[str] = set()
         executor.observers.append(self.steps.observe)
+        executor.observers.append(self._observe_failures)
 
     def plan(self) -> dict:
         """The next plan for the durable state: from the planner command when one is configured and the decision
@@ -278,10 +282,19 @@ class Loop:
         cause = None
         if plan.get("outcome") == "failed" and plan["error"].get("code") == "model_error" and operation_id:
             cause = self._step_failure(operation_id)
-        # A refused connection or a 404 says little without the address: the server this process was told to ask
-        # (--base-url, else OPENAI_BASE_URL, else the default; never the API key or a password in the URL).
-        server = getattr(self.executor.provider, "address", None) if cause is not None else None
+        # A refused connection or a 404 says little without the address: the server this process asked (--base-url,
+        # else OPENAI_BASE_URL, else the default; never the API key or a password in the URL) — only when the last
+        # step failure is this process's own: one written before a crash may have come from another server.
+        server = None
+        if plan.get("outcome") == "failed" and operation_id in self._failed_here:
+            server = getattr(self.executor.provider, "address", None)
         return Result(status, reason, plan, kind, text, cause, server)
+
+    def _observe_failures(self, committed: list[dict]) -> None:
+        for fact in committed:
+            record = fact.get("record") if fact.get("kind") == "record" else None
+            if record and record.get("type") == "stepFailed":
+                self._failed_here.add(record.get("operationId"))
 
     def _step_failure(self, operation_id: str) -> str | None:
         """``code: message`` of the operation's last stepFailed. The §14.4 finish (P3.5) says only "provider request

@@ -366,7 +366,7 @@ class ChatClient:
         self._sock: socket.socket | None = None
 
     def __repr__(self) -> str:  # never show the API key
-        return f"ChatClient({self.base_url!r}, timeout={self.timeout})"
+        return f"ChatClient({self.address!r}, timeout={self.timeout})"
 
     @property
     def address(self) -> str:
@@ -544,12 +544,22 @@ def split_base_url(url: str) -> tuple[str, str, int | None, str]:
         parts = urlsplit(url)
         port = parts.port
     except ValueError as exc:
-        raise ProviderError(f"invalid base URL {url!r}: {exc}") from None
+        raise ProviderError(f"invalid base URL {redact_url(url)!r}: {exc}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ProviderError(f"invalid base URL {url!r}: expected http://HOST[:PORT][/PATH] or https://…")
+        raise ProviderError(f"invalid base URL {redact_url(url)!r}: expected http://HOST[:PORT][/PATH] or https://…")
     if parts.query or parts.fragment:
-        raise ProviderError(f"invalid base URL {url!r}: a query or fragment is not allowed")
+        raise ProviderError(f"invalid base URL {redact_url(url)!r}: a query or fragment is not allowed")
     host = parts.hostname
     if ":" in host:  # IPv6 literal: http.client wants it without brackets
         host = host.strip("[]")
     return parts.scheme, host, port, parts.path.rstrip("/")
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its ``user:password@`` part, if any, shown as ``…@``: for what a person or a log reads."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    ends = [i for i in (rest.find("/"), rest.find("?"), rest.find("#")) if i >= 0]
+    at = rest.rfind("@", 0, min(ends) if ends else len(rest))
+    return url if at < 0 else f"{scheme}://…@{rest[at + 1:]}"

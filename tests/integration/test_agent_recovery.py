@@ -69,7 +69,7 @@ class TestFinish:
 
     def test_finish_failed_after_step_failed(self, agent, stub):
         """A crash after a live stepFailed finishes the run failed with model_error (P3.5), and the resume names the
-        live error an earlier process recorded."""
+        live error an earlier process recorded, but no model server: it asked none (the earlier one's may differ)."""
         script(stub, [Reply(500, {"error": {"message": "boom"}})])
         full = agent.run("go")
         cut = crash(agent, full.path, lambda n: n == ("stepFailed",))
@@ -77,6 +77,7 @@ class TestFinish:
         assert result.status == 4
         assert records(cut, "operationFinished")[0]["error"]["code"] == "model_error"
         assert "run failed: model_error: provider request failed (server_error: " in result.err
+        assert "model server" not in result.err
 
     def test_a_log_it_cannot_read_back_leaves_the_failure_as_it_is(self, agent, stub):
         """Left with a torn fragment glued to the next line (the no-torn-tail-repair switch), a run that fails for
@@ -90,6 +91,7 @@ class TestFinish:
         result = agent.command("resume", cut, env={"AGENT_BUGS": "no-torn-tail-repair"})
         assert result.status == 4, result.err
         assert "run failed: model_error: provider request failed" in result.err
+        assert f"; model server {stub.base_url}" in result.err  # this process's own request failed: it says where
 
 
 class TestStartStep:

@@ -92,6 +92,18 @@ class TestRequest:
         """The address shown to a person is the base URL without a user:password part, IPv6 hosts bracketed."""
         assert ChatClient(url, "sk-secret", environ={}).address == shown
 
+    @pytest.mark.parametrize("url", ["ftp://bob:secret@h/v1", "http://bob:secret@h:notaport/v1",
+                                     "http://bob:secret@h/v1?x=1"], ids=["scheme", "port", "query"])
+    def test_a_refused_url_is_named_without_its_password(self, url):
+        """The error naming a base URL it refuses shows the URL with its user:password part as '…@'."""
+        with pytest.raises(ProviderError) as caught:
+            ChatClient(url, environ={})
+        assert "secret" not in str(caught.value) and "…@h" in str(caught.value)
+
+    def test_repr_hides_a_password_in_the_url(self):
+        """The client's repr shows its address, never a user:password part of the URL."""
+        assert "secret" not in repr(ChatClient("http://bob:secret@127.0.0.1:1/v1", environ={}))
+
     def test_callable_script_answers_from_the_request(self):
         """A callable script computes each answer from the recorded request; chat requests are not summaries."""
         def script(request):
