@@ -79,8 +79,9 @@ class TestScenarioInput:
 
 class TestSecondsOptions:
     @pytest.mark.parametrize("args", [
-        ["campaign", "--case-timeout", "nan"], ["campaign", "--case-timeout", "inf"],
-        ["run", GREETING, "--case-timeout", "nan"], ["mutants", "--case-timeout", "inf"],
+        # A small scenario each: were the check gone, the command would run it and the test fail, not run the library.
+        ["campaign", GREETING, "--case-timeout", "nan"], ["campaign", GREETING, "--case-timeout", "inf"],
+        ["run", GREETING, "--case-timeout", "nan"], ["mutants", GREETING, "--case-timeout", "inf"],
         ["conformance", "--impl", "true", "--timeout", "nan"],
     ])
     def test_a_time_that_is_not_a_finite_number_is_refused_up_front(self, args):
