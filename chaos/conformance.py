@@ -31,7 +31,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import signal
 import subprocess
 import tempfile
@@ -45,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.corpus import Corpus, PlanCheck, Prefix
-from chaos.divergence import describe_divergence, describe_plan, entry_kinds
+from chaos.divergence import describe_divergence, describe_plan, entry_kinds, telling_line
 
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_BOUND = 64  # plans per closed loop; SPEC §14.5 bounds a step at 2k+3 plans, scripted answers end the run
@@ -532,20 +531,6 @@ class Implementation:
 
     def plan(self, path: Path, current: Path) -> Invocation:
         return self.run(["plan", str(path), str(current)])
-
-
-def telling_line(stderr: str) -> str:
-    """The line of a failed command's stderr that says why: the last one naming an error (a runtime's stack trace
-    ends with its version or a frame, e.g. Node's ``Node.js v20``, below ``Error: Cannot find module …``), else the
-    last line; "" when there is none."""
-    lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
-    # A line that *starts* with an error's name (Error: …, ModuleNotFoundError: …, error: …, fatal: …), not a stack
-    # frame that mentions one (Node's "at new NodeError (node:internal/errors…)").
-    named = [line for line in lines if _ERROR_LINE.match(line) or "no such file" in line.lower()]
-    return (named or lines or [""])[-1]
-
-
-_ERROR_LINE = re.compile(r"^([\w.$]*(Error|Exception)|error|fatal)\b", re.IGNORECASE)
 
 
 def parse_output(inv: Invocation, expected_exits: Sequence[int], timeout: float) -> tuple[Any, str | None]:

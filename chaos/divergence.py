@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import tempfile
@@ -207,6 +208,20 @@ def compare(state: Mapping, current: Mapping, implementation: Any, *, failure: s
     return Divergence(kill, fault, rule, reference, implementation, failure, text)
 
 
+def telling_line(stderr: str) -> str:
+    """The line of a failed command's stderr that says why: the last one naming an error (a runtime's stack trace
+    ends with its version or a frame, e.g. Node's ``Node.js v20``, below ``Error: Cannot find module …``), else the
+    last line; "" when there is none."""
+    lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
+    # A line that *starts* with an error's name (Error: …, ModuleNotFoundError: …, error: …, fatal: …), not a stack
+    # frame that mentions one (Node's "at new NodeError (node:internal/errors…)").
+    named = [line for line in lines if _ERROR_LINE.match(line) or "no such file" in line.lower()]
+    return (named or lines or [""])[-1]
+
+
+_ERROR_LINE = re.compile(r"^([\w.$]*(Error|Exception)|error|fatal)\b", re.IGNORECASE)
+
+
 def ask_plan(argv_template: Sequence[str], log: bytes, current: Mapping, env: Mapping[str, str],
              timeout: float = PLAN_TIMEOUT) -> tuple[Any, str | None]:
     """Run ``CMD plan LOG CURRENT`` on these bytes; (the plan, None) or (None, why there is none)."""
@@ -222,8 +237,8 @@ def ask_plan(argv_template: Sequence[str], log: bytes, current: Mapping, env: Ma
         except OSError as exc:
             return None, f"no plan (`{argv[0]}` could not run: {exc.strerror or exc})"
     if proc.returncode != 0:
-        tail = proc.stderr.decode(errors="replace").strip().splitlines()[-1:] or [""]
-        return None, f"no plan (exit {proc.returncode}: {tail[0][:200]})".replace(": )", ")")
+        why = telling_line(proc.stderr.decode(errors="replace"))
+        return None, f"no plan (exit {proc.returncode}: {why[:200]})".replace(": )", ")")
     try:
         return json.loads(proc.stdout), None
     except ValueError:

@@ -23,7 +23,6 @@ from chaos.conformance import (
     plan_shape_problem,
     reduce_problem,
     scripted_outcome,
-    telling_line,
 )
 
 
@@ -293,17 +292,3 @@ class TestGrouping:
         assert groups["sig A"]["count"] == 2 and groups["sig A"]["rules"] == ["P5.2"]
         assert [e["origin"] for e in groups["sig A"]["examples"]] == ["s::a", "t::b"]
         assert groups["sig B"]["examples"][0]["step"] == 0
-
-
-def test_telling_line_prefers_the_error_to_a_runtime_banner():
-    """The reason a failed command gives is its last error line, not a stack trace's last line (Node's version)."""
-    node = "node:internal/modules/cjs/loader:1228\n  throw err;\n\nError: Cannot find module '/x/p.js'\n" \
-           "    at Module._resolveFilename (node:internal)\n{\n  code: 'MODULE_NOT_FOUND'\n}\n\nNode.js v20.20.2\n"
-    assert telling_line(node) == "Error: Cannot find module '/x/p.js'"
-    framed = node.replace("    at Module._resolveFilename (node:internal)",
-                          "    at new NodeError (node:internal/errors:405)")
-    assert telling_line(framed) == "Error: Cannot find module '/x/p.js'"  # a frame naming an error is no reason
-    python = "Traceback (most recent call last):\n  File \"p.py\"\nModuleNotFoundError: No module named 'x'\n"
-    assert telling_line(python) == "ModuleNotFoundError: No module named 'x'"
-    assert telling_line("plain failure\n\n") == "plain failure"
-    assert telling_line("") == ""

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from chaos.divergence import Divergence, ask_plan, compare, describe_divergence, describe_plan, first_divergence
+from chaos.divergence import (Divergence, ask_plan, compare, describe_divergence, describe_plan, first_divergence,
+                              telling_line)
 from chaos.target import Target
 
 CONTRACT = Path(__file__).resolve().parents[3].parent / "shared" / "session-contract"
@@ -111,6 +112,15 @@ class TestAskPlan:
         plan, failure = ask_plan((sys.executable, str(script), "{log}", "{current}"), log, current, {})
         assert plan is None and failure == "no plan (exit 3: cannot plan this)"
 
+    def test_a_failing_command_gives_its_error_line_not_its_runtimes_banner(self, tmp_path):
+        """A command whose stderr ends with a runtime's banner (Node's version) fails with its error line."""
+        script = tmp_path / "p.py"
+        node = "Error: Cannot find module 'p.js'\n{\n}\n\nNode.js v20\n"
+        script.write_text(f"import sys\nsys.stderr.write({node!r})\nsys.exit(1)\n")
+        log, _, current, _ = fixture("finish-idle")
+        plan, failure = ask_plan((sys.executable, str(script), "{log}", "{current}"), log, current, {})
+        assert plan is None and failure == "no plan (exit 1: Error: Cannot find module 'p.js')"
+
 
 class TestFirstDivergence:
     def test_a_target_without_a_plan_command_is_not_asked(self):
@@ -130,3 +140,17 @@ def test_a_planner_that_outlives_its_timeout_is_killed_with_its_children(tmp_pat
     assert plan is None and "timed out" in failure
     left = [p for p in psutil.process_iter(["cmdline"]) if marker in (p.info["cmdline"] or [])]
     assert not psutil.wait_procs(left, timeout=2)[1]
+
+
+def test_telling_line_prefers_the_error_to_a_runtime_banner():
+    """The reason a failed command gives is its last error line, not a stack trace's last line (Node's version)."""
+    node = "node:internal/modules/cjs/loader:1228\n  throw err;\n\nError: Cannot find module '/x/p.js'\n" \
+           "    at Module._resolveFilename (node:internal)\n{\n  code: 'MODULE_NOT_FOUND'\n}\n\nNode.js v20.20.2\n"
+    assert telling_line(node) == "Error: Cannot find module '/x/p.js'"
+    framed = node.replace("    at Module._resolveFilename (node:internal)",
+                          "    at new NodeError (node:internal/errors:405)")
+    assert telling_line(framed) == "Error: Cannot find module '/x/p.js'"  # a frame naming an error is no reason
+    python = "Traceback (most recent call last):\n  File \"p.py\"\nModuleNotFoundError: No module named 'x'\n"
+    assert telling_line(python) == "ModuleNotFoundError: No module named 'x'"
+    assert telling_line("plain failure\n\n") == "plain failure"
+    assert telling_line("") == ""
