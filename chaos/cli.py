@@ -226,7 +226,8 @@ def _load_scenario_or_exit(path: str):
               help="wall-clock limit per case, seconds")
 def run_command(scenario: str, kills: tuple[str, ...], target_file, agent_bugs: str, planner_cmd, planner_scope,
                 launcher, keep: bool, reports_dir: str, case_timeout: float) -> None:
-    """Run the crash-free baseline, then each case; exit 0 when all hold, 1 when one did not, 2 on usage errors."""
+    """Run the crash-free baseline, then each case; exit 0 when all hold, 1 when one did not (a --kill point the run
+    never reached is one), 2 on usage errors."""
     loaded = _load_scenario_or_exit(scenario)
     from chaos.faults import FaultSyntaxError, format_schedule, parse_schedule
 
@@ -276,6 +277,12 @@ def run_command(scenario: str, kills: tuple[str, ...], target_file, agent_bugs: 
     out.print(verdict.case_table(results, title=f"chaos run {loaded.name}"
                                  + (f" ({target.label()})" if target.label() != "bundled" else "")))
     out.print(verdict.failure_details(results))
+    from chaos.records import NOT_REACHED
+
+    if any(r.status == NOT_REACHED for r in results):
+        # A point the crash-free run never reaches is a typo or a wrong #N far more often than a finding.
+        out.print(f"a schedule named a kill point this run never reached: `chaos killpoints {scenario}` lists "
+                  "the points its crash-free run reaches", style="yellow")
     if not baseline.ok:
         out.print("the crash-free baseline did not pass: no case was run (fix the scenario or the agent first)",
                   style="bold red")

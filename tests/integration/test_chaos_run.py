@@ -158,12 +158,14 @@ def test_chaos_run_reports_the_stale_calls_bug_and_keeps_the_failing_case(tmp_pa
     assert any(n.startswith("launches/") and n.endswith(".stderr") for n in names)
 
 
-def test_chaos_run_reports_an_unreached_kill_point_as_coverage_not_pass(tmp_path):
-    """A kill point the agent never reaches is `kill-point-not-reached` and the run exits 1."""
-    result = invoke("run", str(SCENARIOS / "plain-answer.toml"), "--kill", "toolStarted@after-sync#1",
-                    "--reports", str(tmp_path))
+def test_chaos_run_reports_an_unreached_kill_point_as_coverage_not_pass(tmp_path, monkeypatch):
+    """A kill point the agent never reaches is `kill-point-not-reached`, the run exits 1 and says which command
+    lists the points it does reach."""
+    monkeypatch.chdir(SCENARIOS)  # a short path: the console folds a word longer than its width
+    result = invoke("run", "plain-answer.toml", "--kill", "toolStarted@after-sync#1", "--reports", str(tmp_path))
     assert result.exit_code == 1
     assert "kill-point-not-reached" in result.output
+    assert "`chaos killpoints plain-answer.toml` lists the points" in " ".join(result.output.split())
 
 
 def test_chaos_killpoints_lists_every_kill_point_of_the_baseline():
