@@ -279,15 +279,15 @@ class Loop:
         if finished is None:
             return Result(status, reason)
         plan, kind, text, operation_id = finished
-        cause = None
+        cause = server = None
         if plan.get("outcome") == "failed" and plan["error"].get("code") == "model_error" and operation_id:
             cause = self._step_failure(operation_id)
-        # A refused connection or a 404 says little without the address: the server this process asked (--base-url,
-        # else OPENAI_BASE_URL, else the default; never the API key or a password in the URL) — only when the last
-        # step failure is this process's own: one written before a crash may have come from another server.
-        server = None
-        if plan.get("outcome") == "failed" and operation_id in self._failed_here:
-            server = getattr(self.executor.provider, "address", None)
+            # A refused connection or a 404 says little without the address: the server this process asked
+            # (--base-url, else OPENAI_BASE_URL, else the default; never the API key or a password in the URL) —
+            # only when the last step failure is this process's own: one written before a crash may have come
+            # from another server.
+            if operation_id in self._failed_here:
+                server = getattr(self.executor.provider, "address", None)
         return Result(status, reason, plan, kind, text, cause, server)
 
     def _observe_failures(self, committed: list[dict]) -> None:
