@@ -62,7 +62,8 @@ environment:
   AGENT_BUGS=name[,name…]  re-introduce known defects (see `python -m agent bugs`)
   CHAOS_CONTROL=SOCKET     report durable-log checkpoints to a supervisor (docs/protocol.md)
   AGENT_PLANNER_CMD=CMD    run `CMD plan LOG CURRENT.json` for each recovery decision instead of the built-in
-                           planner (AGENT_PLANNER_SCOPE=recovery|all, AGENT_PLANNER_TIMEOUT=SECONDS, default 30)
+                           planner (AGENT_PLANNER_SCOPE=recovery|all, AGENT_PLANNER_TIMEOUT=SECONDS, default 30,
+                           AGENT_PLANNER_DIR=DIR where it runs, default the agent's working directory)
 """
 
 

@@ -16,6 +16,10 @@ Settings (read once per process, ``PlannerCommand.from_environ``; a bad value is
   before it has committed anything itself, exactly where the planner-level ``AGENT_BUGS`` switches apply; ``all``:
   every plan. For the decisions in scope the command wins over the in-process planner and its switches.
 - ``AGENT_PLANNER_TIMEOUT`` — seconds per invocation (default 30).
+- ``AGENT_PLANNER_DIR`` — the directory the command runs in (default: the agent's own working directory), so that
+  the command means what it meant where it was written: ``node planner.js`` or ``python3 -m mypkg.planner`` typed in
+  a project's directory, while the agent runs in a case's workspace (the harness sets it to the directory the chaos
+  command ran in, or the target file's). LOG is passed as an absolute path either way.
 
 Invariants it protects:
 
@@ -42,6 +46,7 @@ from agent.errors import AgentError
 from agent.exits import EXIT_INTERRUPTED, EXIT_PLANNER_CMD, EXIT_USAGE
 
 CMD_VAR = "AGENT_PLANNER_CMD"
+DIR_VAR = "AGENT_PLANNER_DIR"
 SCOPE_VAR = "AGENT_PLANNER_SCOPE"
 TIMEOUT_VAR = "AGENT_PLANNER_TIMEOUT"
 SCOPES = ("recovery", "all")
@@ -52,7 +57,7 @@ _CURRENT_MEMBERS = ("configurationDigest", "environmentIdentity", "tools")  # SP
 
 
 class PlannerSettingError(AgentError):
-    """``AGENT_PLANNER_CMD`` / ``_SCOPE`` / ``_TIMEOUT`` cannot be used as given: a usage error (exit 2)."""
+    """``AGENT_PLANNER_CMD`` / ``_SCOPE`` / ``_TIMEOUT`` / ``_DIR`` cannot be used as given: a usage error (exit 2)."""
 
     exit_code = EXIT_USAGE
 
@@ -79,10 +84,11 @@ class PlannerCommand:
     """The configured command; ``plan`` runs it once, ``in_scope`` says whether it decides a given plan."""
 
     def __init__(self, argv: list[str], *, scope: str = "recovery", timeout: float = DEFAULT_TIMEOUT,
-                 environ: Mapping[str, str] | None = None):
+                 environ: Mapping[str, str] | None = None, directory: str | None = None):
         from agent.checkpoints import ENV_VAR as CHANNEL_VAR
 
         self.argv = list(argv)
+        self.directory = directory  # None: the agent's working directory
         self.scope = scope
         self.timeout = timeout
         self.environ = {k: v for k, v in (os.environ if environ is None else environ).items() if k != CHANNEL_VAR}
@@ -116,13 +122,19 @@ class PlannerCommand:
                 timeout = -1.0
             if not 0 < timeout < float("inf"):
                 raise PlannerSettingError(f"{TIMEOUT_VAR}: must be a positive number of seconds, not {raw!r}")
-        return cls(argv, scope=scope, timeout=timeout, environ=environ)
+        directory = environ.get(DIR_VAR) or None
+        if directory is not None:
+            if not os.path.isdir(directory):
+                raise PlannerSettingError(f"{DIR_VAR}: not a directory: {directory!r}")
+            directory = os.path.abspath(directory)
+        return cls(argv, scope=scope, timeout=timeout, environ=environ, directory=directory)
 
     def describe(self) -> str:
-        """``CMD (scope S, timeout T s)``, for the agent's stderr."""
+        """``CMD (scope S, timeout T s[, in DIR])``, for the agent's stderr."""
         import shlex
 
-        return f"{shlex.join(self.argv)} (scope {self.scope}, timeout {self.timeout:g} s)"
+        where = f", in {self.directory}" if self.directory else ""
+        return f"{shlex.join(self.argv)} (scope {self.scope}, timeout {self.timeout:g} s{where})"
 
     def in_scope(self, recovering: bool) -> bool:
         """Whether the command decides a plan; ``recovering``: the process has committed nothing itself yet."""
@@ -140,7 +152,8 @@ class PlannerCommand:
                 import json
 
                 json.dump({k: current[k] for k in _CURRENT_MEMBERS}, handle, separators=(",", ":"))
-            out, err, status = self._run([*self.argv, "plan", os.fspath(log_path), current_path])
+            # Absolute: the command may run in another directory (AGENT_PLANNER_DIR) than the agent's.
+            out, err, status = self._run([*self.argv, "plan", os.path.abspath(log_path), current_path])
         finally:
             try:
                 os.unlink(current_path)
@@ -165,7 +178,7 @@ class PlannerCommand:
         self._cancelled = False
         try:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    env=self.environ, start_new_session=True)
+                                    env=self.environ, cwd=self.directory, start_new_session=True)
         except OSError as exc:
             raise PlannerCommandError(f"planner command cannot be started: {self._name()}: "
                                       f"{exc.strerror or exc}") from None

@@ -149,6 +149,7 @@ class TestSettings:
         ({"AGENT_PLANNER_CMD": "p", "AGENT_PLANNER_TIMEOUT": "0"}, "positive number"),
         ({"AGENT_PLANNER_CMD": "p", "AGENT_PLANNER_TIMEOUT": "inf"}, "positive number"),
         ({"AGENT_PLANNER_CMD": "p", "AGENT_PLANNER_TIMEOUT": "soon"}, "positive number"),
+        ({"AGENT_PLANNER_CMD": "p", "AGENT_PLANNER_DIR": "/nonexistent/dir"}, "AGENT_PLANNER_DIR: not a directory"),
     ])
     def test_bad_settings_are_usage_errors(self, environ, phrase):
         """An unusable AGENT_PLANNER_* value is a usage error (exit 2) naming the variable."""
@@ -189,6 +190,24 @@ class TestRunner:
         assert got["mode"] == 0o600 and not os.path.exists(got["argv"][2])
         assert "KEEP_ME" in got["env"] and "AGENT_PLANNER_CMD" in got["env"] and "CHAOS_CONTROL" not in got["env"]
         assert runner.invocations == 1
+
+    def test_runs_in_its_directory_with_an_absolute_log(self, tmp_path, monkeypatch):
+        """With AGENT_PLANNER_DIR a relative script resolves there, and a relative LOG is made absolute first."""
+        home, elsewhere = tmp_path / "proj", tmp_path / "workspace"
+        home.mkdir()
+        elsewhere.mkdir()
+        seen = tmp_path / "seen.json"
+        planner(home, f"""
+            json.dump({{"cwd": os.getcwd(), "log": sys.argv[2]}}, open({str(seen)!r}, "w"))
+            print(json.dumps({{"type": "finish", "outcome": "aborted"}}))
+        """, name="mine.py")
+        monkeypatch.chdir(elsewhere)  # the agent's own directory: a case's workspace
+        runner = command(f"{sys.executable} mine.py", AGENT_PLANNER_DIR=str(home))
+        assert runner.directory == str(home) and str(home) in runner.describe()
+        assert runner.plan("session.jsonl", CURRENT) == {"type": "finish", "outcome": "aborted"}
+        assert json.loads(seen.read_text()) == {"cwd": str(home), "log": str(elsewhere / "session.jsonl")}
+        with pytest.raises(PlannerCommandError, match="exited 2"):  # without it: the workspace, where mine.py is not
+            command(f"{sys.executable} mine.py").plan("session.jsonl", CURRENT)
 
     def test_non_zero_exit_carries_the_stderr_tail(self, tmp_path):
         """A failing command is a PlannerCommandError (exit 8) with the last 20 lines of its stderr."""
