@@ -186,21 +186,30 @@ def target_options(f):
                      help="which plans --planner-cmd decides: the recovery decisions (before the process commits "
                           "anything itself) [default] or every plan")(f)
     f = click.option("--planner-cmd", "planner_cmd", metavar="CMD",
-                     help="a foreign recovery planner the agent runs as `CMD plan LOG CURRENT.json` (docs/targets.md)")(f)
+                     help="a foreign recovery planner the agent runs as `CMD plan LOG CURRENT.json`, in this "
+                          "directory; asked for one plan before any case (docs/targets.md)")(f)
     f = click.option("--agent-bugs", default="", metavar="NAMES",
                      help="known-bug switches of the target for the cases (never the baseline)")(f)
     return click.option("--target", "target_file", type=click.Path(path_type=str), metavar="TARGET.toml",
                         help="the system under test (docs/targets.md) [default: the bundled agent]")(f)
 
 
-def _target_or_exit(target_file, agent_bugs, planner_cmd, planner_scope, launcher=None):
+def _target_or_exit(target_file, agent_bugs, planner_cmd, planner_scope, launcher=None, *, preflight=True):
+    """The target the options name, its foreign planner command (if any) asked for one plan first unless
+    ``preflight`` is false (nothing will run): a command that cannot answer would fail every case alike
+    (chaos.preflight). Exit 2 with one line per problem."""
+    from chaos.preflight import planner_problem
     from chaos.target import TargetError, resolve_target
 
     try:
-        return resolve_target(target_file, bugs=agent_bugs, planner_command=planner_cmd, planner_scope=planner_scope,
-                              launcher=launcher)
+        target = resolve_target(target_file, bugs=agent_bugs, planner_command=planner_cmd,
+                                planner_scope=planner_scope, launcher=launcher)
     except TargetError as exc:
         _fail_usage(exc.messages)
+    problem = planner_problem(target) if preflight else None
+    if problem is not None:
+        _fail_usage([f"{problem}; no case was run"])
+    return target
 
 
 def _load_scenario_or_exit(path: str):
@@ -442,11 +451,17 @@ def repro_command(bundle: str, work: str | None, keep: bool) -> None:
     """Re-run a repro bundle's case (baseline first) and print the verdict.
 
     Exit 1 when a recorded invariant fails again (reproduced), 0 when every invariant holds, 3 when the case now
-    fails differently (another invariant, or the baseline), 2 when BUNDLE is not a usable bundle.
+    fails differently (another invariant, or the baseline), 2 when BUNDLE is not a usable bundle or its foreign
+    planner command gives no plan here (it is not part of the bundle).
     """
     loaded = _bundle_or_exit(bundle)
     if work:
         _output_directory("repro", "--work", work)
+    from chaos.preflight import planner_problem
+
+    problem = planner_problem(loaded.target)  # the bundle does not carry the planner: is it here too, where it was?
+    if problem is not None:
+        _fail_usage([f"{bundle}: {problem}; no case was run"])
     import shutil
     import tempfile
     from pathlib import Path
@@ -705,7 +720,9 @@ def campaign_command(scenarios, mode, depth, faults, seed, case_count, duration,
     target = None
     if resume_dir is None or explicit & {"target_file", "agent_config", "agent_bugs", "planner_cmd", "planner_scope",
                                          "launcher"}:
-        target = _target_or_exit(target_file or agent_config, agent_bugs, planner_cmd, planner_scope, launcher)
+        # On --resume the stored target runs (given options only may not differ from it): that one is asked below.
+        target = _target_or_exit(target_file or agent_config, agent_bugs, planner_cmd, planner_scope, launcher,
+                                 preflight=not list_only and resume_dir is None)
     try:
         families = list(cp.FAULT_FAMILIES) if faults.strip() == "all" else [
             f.strip() for f in faults.split(",") if f.strip()]
@@ -728,9 +745,17 @@ def campaign_command(scenarios, mode, depth, faults, seed, case_count, duration,
             raise SystemExit(0 if check.ok else 1)
         if resume_dir is not None:
             # The stored options rule on resume: a changed one is refused in one line, never silently ignored.
-            problems = cp.resume_conflicts(cp.stored_options(resume_dir), options, explicit)
+            stored = cp.stored_options(resume_dir)
+            problems = cp.resume_conflicts(stored, options, explicit)
             if problems:
                 _campaign_usage(problems)
+            if not list_only:  # the stored planner command asked again: its script or directory may be gone
+                from chaos.preflight import planner_problem
+                from chaos.target import Target
+
+                problem = planner_problem(Target.from_json(stored.target))
+                if problem is not None:
+                    _campaign_usage([f"{problem}; no case was run"])
         reporter = cp.RichReporter() if sys.stderr.isatty() and not list_only else cp.Reporter(
             lambda line: click.echo(line, err=True))
         result = cp.run_campaign(options, reporter=reporter, command=["chaos", *sys.argv[1:]], resume=resume_dir,
@@ -764,7 +789,8 @@ def campaign_command(scenarios, mode, depth, faults, seed, case_count, duration,
 @click.option("--target", "target_file", type=click.Path(path_type=str), metavar="TARGET.toml",
               help="the system under test whose switches are exercised (docs/targets.md) [default: the bundled agent]")
 @click.option("--planner-cmd", "planner_cmd", metavar="CMD",
-              help="a foreign recovery planner the agent consults in every campaign (docs/targets.md)")
+              help="a foreign recovery planner the agent consults in every campaign, run in this directory; asked "
+                   "for one plan before any case (docs/targets.md)")
 @click.option("--planner-scope", type=click.Choice(["recovery", "all"]), default=None,
               help="which plans --planner-cmd decides [default: recovery]")
 @click.option("--launcher", type=click.Choice(["zygote", "exec"]), default=None,

@@ -222,16 +222,27 @@ def telling_line(stderr: str) -> str:
 _ERROR_LINE = re.compile(r"^([\w.$]*(Error|Exception)|error|fatal)\b", re.IGNORECASE)
 
 
+def planner_environment(target: Any) -> dict[str, str]:
+    """The environment the implementation's planner of ``target`` is asked in: what the agent would give a foreign
+    planner command (this process's, the target's, minus the checkpoint channel), and never the command itself (it
+    *is* the planner asked)."""
+    env = {**os.environ, **target.environment()}
+    env.pop("CHAOS_CONTROL", None)
+    env.pop("AGENT_PLANNER_CMD", None)
+    return env
+
+
 def ask_plan(argv_template: Sequence[str], log: bytes, current: Mapping, env: Mapping[str, str],
-             timeout: float = PLAN_TIMEOUT) -> tuple[Any, str | None]:
-    """Run ``CMD plan LOG CURRENT`` on these bytes; (the plan, None) or (None, why there is none)."""
+             timeout: float = PLAN_TIMEOUT, cwd: str | None = None) -> tuple[Any, str | None]:
+    """Run ``CMD plan LOG CURRENT`` on these bytes (in ``cwd``: a foreign planner command runs where it was
+    written, ``Target.planner_dir``); (the plan, None) or (None, why there is none)."""
     with tempfile.TemporaryDirectory(prefix="killpoint-plan-") as tmp:
         log_path, current_path = Path(tmp) / "session.jsonl", Path(tmp) / "current.json"
         log_path.write_bytes(log)
         current_path.write_text(json.dumps({k: current[k] for k in CURRENT_KEYS if k in current}), encoding="utf-8")
         argv = [w.replace("{log}", str(log_path)).replace("{current}", str(current_path)) for w in argv_template]
         try:
-            proc = run_bounded(argv, env, timeout)
+            proc = run_bounded(argv, env, timeout, cwd=cwd)
         except subprocess.TimeoutExpired:
             return None, f"no plan (`{shlex.join(argv[:3])}…` timed out after {timeout:g}s)"
         except OSError as exc:
@@ -255,9 +266,8 @@ def first_divergence(target: Any, evidence: Any) -> Divergence | None:
     template = target.planner_argv()
     if not template or evidence is None:
         return None
-    env = {**os.environ, **target.environment()}
-    env.pop("CHAOS_CONTROL", None)
-    env.pop("AGENT_PLANNER_CMD", None)  # asked directly: the command *is* the planner under test
+    env = planner_environment(target)
+    cwd = target.planner_dir if target.planner_command else None
     for n, kill in enumerate(evidence.kills, start=1):
         after = [launch for launch in evidence.launches if launch.index > kill.launch]
         current = after[0].current if after else None
@@ -267,7 +277,7 @@ def first_divergence(target: Any, evidence: Any) -> Divergence | None:
             state = reduce_session(kill.snapshot)
         except CorruptionError:
             continue  # a prefix that does not reduce: log-reduces reports it with its own evidence
-        plan, failure = ask_plan(template, kill.snapshot, current, env)
+        plan, failure = ask_plan(template, kill.snapshot, current, env, cwd=cwd)
         try:
             found = compare(state, current, plan, failure=failure, kill=n, fault=kill.fault,
                             entries=entry_kinds(kill.snapshot))

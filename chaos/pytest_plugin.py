@@ -131,6 +131,12 @@ class _KillpointState:
             except TargetError as exc:
                 raise pytest.UsageError("--killpoint-target/--killpoint-agent-bugs: " + "; ".join(exc.messages)) \
                     from None
+            from chaos.preflight import planner_problem
+
+            problem = planner_problem(self.target)  # a command that cannot plan would fail every scenario alike
+            if problem is not None:
+                self.target = None
+                raise pytest.UsageError(f"--killpoint-planner-cmd: {problem}")
         return self.target
 
     def context(self):

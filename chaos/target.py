@@ -11,8 +11,9 @@ otherwise learn by importing it (modelled on Jepsen's ``jepsen.db/DB`` protocol 
   ``{workspace}``, ``{prompt}``, ``{log}``, ``{current}`` and, resolved later by the supervisor and the restart
   launcher, ``{session}`` and ``{restart}``;
 - its environment (``env``), the known-bug switches to enable (``bugs`` → ``AGENT_BUGS``) and a foreign recovery
-  planner for the bundled agent to consult (``planner_command`` / ``planner_scope`` → ``AGENT_PLANNER_CMD`` /
-  ``AGENT_PLANNER_SCOPE``, docs/agent.md);
+  planner for the bundled agent to consult (``planner_command`` / ``planner_scope`` / ``planner_dir`` →
+  ``AGENT_PLANNER_CMD`` / ``AGENT_PLANNER_SCOPE`` / ``AGENT_PLANNER_DIR``, docs/agent.md; the command runs where it
+  was written: the directory of the target file, or the one ``chaos`` ran in for ``--planner-cmd``);
 - its kill-point vocabulary and how its durable state is read (``kind = "contract"``: the session contract's fact
   names, read with the reference reducer of ``agent.session``), which oracle invariants apply, how its effects are
   witnessed (``CHAOS_WITNESS``) and how it reaches the model (``OPENAI_BASE_URL``: chat completions);
@@ -162,6 +163,9 @@ class Target:
     configuration_flags: bool = True
     planner_command: str | None = None
     planner_scope: str = "recovery"
+    # Where the planner command runs (absolute): its agents run in each case's workspace, where a command written as
+    # `node planner.js` or `python3 -m mypkg.planner` in a project's directory would name nothing.
+    planner_dir: str | None = None
     invariants: tuple[str, ...] = INVARIANTS
     effects: str = "witness-file"  # CHAOS_WITNESS: a file outside the workspace its tools append effects to
     model: str = "openai-chat"  # OPENAI_BASE_URL + OPENAI_API_KEY, chat completions
@@ -194,7 +198,8 @@ class Target:
             ident["probe"] = {**self.probe.to_json(), "python": None, "digest": _program_digest(self.probe)}
         if with_bugs:
             ident["bugs"] = sorted(self.bugs)
-            ident["planner"] = [self.planner_command, self.planner_scope] if self.planner_command else None
+            ident["planner"] = ([self.planner_command, self.planner_scope, self.planner_dir] if self.planner_command
+                                else None)
         return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
 
     def without_bugs(self) -> Target:
@@ -204,13 +209,15 @@ class Target:
     def correct(self) -> Target:
         """The correct implementation: no switch, no foreign planner — what a crash-free baseline runs, so kill
         points never depend on the implementation under test."""
-        return replace(self, bugs=(), planner_command=None)
+        return replace(self, bugs=(), planner_command=None, planner_dir=None)
 
     def with_bugs(self, bugs: Sequence[str]) -> Target:
         return replace(self, bugs=tuple(sorted(dict.fromkeys(bugs))))
 
-    def with_planner(self, command: str | None, scope: str | None = None) -> Target:
-        return replace(self, planner_command=command or None, planner_scope=scope or self.planner_scope)
+    def with_planner(self, command: str | None, scope: str | None = None, directory: str | None = None) -> Target:
+        """This target with a foreign planner ``command`` run in ``directory`` (kept when None: a new scope only)."""
+        return replace(self, planner_command=command or None, planner_scope=scope or self.planner_scope,
+                       planner_dir=(directory or self.planner_dir) if command else None)
 
     def zygote_module(self) -> str | None:
         """The module a zygote can run for this target (``python -m MODULE`` by this interpreter, or the probe's
@@ -293,8 +300,9 @@ class Target:
         if self.planner_command:
             env["AGENT_PLANNER_CMD"] = self.planner_command
             env["AGENT_PLANNER_SCOPE"] = self.planner_scope
+            env["AGENT_PLANNER_DIR"] = self.planner_dir or ""
         else:
-            env["AGENT_PLANNER_CMD"] = ""
+            env["AGENT_PLANNER_CMD"] = env["AGENT_PLANNER_DIR"] = ""
         return env
 
     def planner_argv(self) -> tuple[str, ...] | None:
@@ -318,7 +326,8 @@ class Target:
             "name": self.name, "kind": self.kind, "command": self.portable_command(),
             "launch": {k: list(v) for k, v in self.launch}, "env": dict(self.env), "bugs": list(self.bugs),
             "configuration_flags": self.configuration_flags, "planner_command": self.planner_command,
-            "planner_scope": self.planner_scope, "invariants": list(self.invariants), "effects": self.effects,
+            "planner_scope": self.planner_scope, "planner_dir": self.planner_dir, "invariants": list(self.invariants),
+            "effects": self.effects,
             "model": self.model, "settled_exits": list(self.settled_exits), "blocked_exit": self.blocked_exit,
             "locked_exit": self.locked_exit, "source": self.source, "launcher": self.launcher,
             "preload": list(self.preload), "probe": self.probe.to_json() if self.probe else None,
@@ -475,6 +484,7 @@ def load_target(path: str | Path) -> Target:
         name=str(data.get("name", path.stem)), kind=kind, command=argv,
         launch=tuple((k, v) for k, v in merged.items()), env=tuple(sorted(env.items())),
         configuration_flags=flags, planner_command=planner.strip() if planner else None, planner_scope=scope,
+        planner_dir=str(base) if planner else None,
         invariants=tuple(invariants), settled_exits=tuple(settled), blocked_exit=exits.get("blocked", 3),
         locked_exit=exits.get("locked", 6), source=str(path.resolve()), launcher=launcher,
         preload=tuple(preload) or ((argv[2],) if launcher == "zygote" else ()),
@@ -737,5 +747,7 @@ def resolve_target(path: str | None = None, *, bugs: str | Sequence[str] = "", p
             (target.command[2],) if len(target.command) >= 3 and target.command[1] == "-m" else ()))
     target = target.with_bugs(check_bugs(target, names))
     if planner_command or planner_scope:
-        target = target.with_planner(planner_command or target.planner_command, planner_scope)
+        # A command given here was written where this process runs (a shell, a CI job): it runs there.
+        target = target.with_planner(planner_command or target.planner_command, planner_scope,
+                                     os.getcwd() if planner_command else None)
     return target

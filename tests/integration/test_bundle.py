@@ -110,6 +110,21 @@ def test_chaos_repro_holds_without_the_bug(bundle: Path, tmp_path: Path):
     assert "NOT REPRODUCED" in proc.stdout
 
 
+def test_chaos_repro_asks_the_bundles_planner_command_first(bundle: Path, tmp_path: Path):
+    """A bundle whose planner command is not where it ran (a bundle carries no planner) is one line and exit 2
+    before any case, not a case that fails differently."""
+    copy = tmp_path / "bundle"
+    shutil.copytree(bundle, copy)
+    data = json.loads((copy / "bundle.json").read_text())
+    gone = tmp_path / "elsewhere"
+    data["target"].update(planner_command="python3 planner.py", planner_dir=str(gone))
+    (copy / "bundle.json").write_text(json.dumps(data))
+    proc = chaos("repro", str(copy))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.splitlines() == [f"{copy}: planner command 'python3 planner.py' (run in {gone}): its directory "
+                                        "does not exist; no case was run"]
+
+
 def test_export_is_valid_and_fails_only_under_the_bug(bundle: Path, tmp_path: Path):
     """The exported regression validates, fails with the bug on its pinned schedule, and passes without it."""
     regressions = tmp_path / "regressions"

@@ -141,6 +141,24 @@ class TestBorrowedPool:
 
 
 class TestResume:
+    def test_a_resume_asks_the_stored_planner_command_again(self, tmp_path, cache):
+        """A campaign's planner command runs where it was given; once its script is gone, --resume refuses in one
+        line (exit 2) instead of failing every case left."""
+        (tmp_path / "planner.py").write_text("import runpy, sys\nsys.argv = ['agent', *sys.argv[1:]]\n"
+                                             "runpy.run_module('agent', run_name='__main__')\n")
+        args = [sys.executable, "-m", "chaos.cli", "campaign", GREETING, "--out", str(tmp_path), "--name", "p",
+                "--cache", cache, "-j", "2"]
+        first = subprocess.run([*args, "--planner-cmd", f"{sys.executable} planner.py"], capture_output=True,
+                               text=True, cwd=tmp_path, timeout=300)
+        assert first.returncode == 0, first.stdout + first.stderr
+        (tmp_path / "planner.py").unlink()
+        again = subprocess.run([sys.executable, "-m", "chaos.cli", "campaign", "--resume", str(tmp_path / "p")],
+                               capture_output=True, text=True, cwd=REPO, timeout=300)
+        assert again.returncode == 2, again.stdout + again.stderr
+        [line] = again.stderr.splitlines()
+        assert line.startswith(f"planner command '{sys.executable} planner.py' (run in {tmp_path}) gave no plan")
+        assert line.endswith("no case was run")
+
     def test_sigkill_of_the_campaign_then_resume(self, tmp_path, cache):
         """A campaign SIGKILLed half-way resumes to the same total with no case run twice and nothing left behind."""
         args = ["campaign", TOOL, "--out", str(tmp_path), "--name", "r", "--cache", cache, "-j", "2"]

@@ -168,6 +168,34 @@ def test_chaos_run_reports_an_unreached_kill_point_as_coverage_not_pass(tmp_path
     assert "`chaos killpoints plain-answer.toml` lists the points" in " ".join(result.output.split())
 
 
+REFERENCE_PLANNER = ("import runpy, sys\nsys.argv = ['agent', *sys.argv[1:]]\n"
+                     "runpy.run_module('agent', run_name='__main__')\n")
+
+
+def test_a_planner_command_runs_where_it_was_written(tmp_path, monkeypatch):
+    """`--planner-cmd "python3 planner.py"` names a script in the directory chaos ran in, not in each case's
+    workspace: the reference planner behind it passes the stale window's kill."""
+    (tmp_path / "planner.py").write_text(REFERENCE_PLANNER)
+    monkeypatch.chdir(tmp_path)
+    result = invoke("run", str(SCENARIOS / "read-then-answer.toml"), "--kill", "assistant@after-sync#2",
+                    "--planner-cmd", f"{sys.executable} planner.py", "--reports", str(tmp_path / "reports"))
+    assert result.exit_code == 0, result.output
+    assert "2 case(s): 2 pass" in result.output
+
+
+def test_a_planner_command_that_cannot_plan_stops_before_any_case(tmp_path, monkeypatch):
+    """A planner command that gives no plan is one line and exit 2 before the baseline: nothing runs, nothing is
+    made."""
+    monkeypatch.chdir(tmp_path)
+    result = invoke("run", str(SCENARIOS / "read-then-answer.toml"), "--planner-cmd", f"{sys.executable} plannr.py",
+                    "--reports", str(tmp_path / "reports"))
+    assert result.exit_code == 2
+    [line] = result.output.splitlines()
+    assert line.startswith(f"planner command '{sys.executable} plannr.py' (run in {tmp_path}) gave no plan (exit 2: ")
+    assert "plannr.py" in line and line.endswith("(SPEC §14.4 P2); no case was run")
+    assert not (tmp_path / "reports").exists()
+
+
 def test_chaos_killpoints_lists_every_kill_point_of_the_baseline():
     """`chaos killpoints` prints every transaction's kill points at the three phases."""
     result = invoke("killpoints", str(SCENARIOS / "plain-answer.toml"))

@@ -182,6 +182,14 @@ def test_an_unknown_bug_switch_is_a_usage_error(project):
     result.stderr.fnmatch_lines(["*--killpoint-agent-bugs: unknown bug switch stale-calls for target bundled*"])
 
 
+def test_a_planner_command_that_cannot_plan_is_a_usage_error(project):
+    """A --killpoint-planner-cmd that gives no plan stops the run with one line, instead of failing every item."""
+    result = project.runpytest_subprocess("scenarios/tiny.toml", "--killpoint-planner-cmd",
+                                          f"{sys.executable} no-planner.py")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--killpoint-planner-cmd: planner command * gave no plan (exit 2: *no-planner.py*"])
+
+
 def test_a_plugin_run_reuses_a_campaigns_baselines(project, tmp_path):
     """After `chaos campaign` filled a cache, the plugin on the same scenario runs no baseline of its own."""
     cache = tmp_path / "shared-cache"

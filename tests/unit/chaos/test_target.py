@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import pytest
@@ -28,6 +29,7 @@ class TestLoadTarget:
         assert target.command == ("python3", str(tmp_path / "agent.py")) and target.env == (("X", "1"),)
         assert target.name == "mine" and target.source == str(path.resolve()) and not target.bundled
         assert target.planner_command == "python3 -m agent" and target.planner_scope == "all"
+        assert target.planner_dir == str(tmp_path.resolve())  # the command runs where the file that names it is
         assert target.invariants == ("log-reduces", "converges")
         assert target.argv("resume") == ("python3", str(tmp_path / "agent.py"), "recover", "{session}")
 
@@ -83,21 +85,22 @@ class TestTarget:
 
     def test_environment_sets_switches_and_planner_always(self):
         """AGENT_BUGS and AGENT_PLANNER_CMD are always set, to empty for the correct agent (never inherited)."""
-        assert Target().environment() == {"AGENT_BUGS": "", "AGENT_PLANNER_CMD": ""}
-        env = Target(bugs=("a", "b")).with_planner("p -m x", "all").environment()
-        assert env == {"AGENT_BUGS": "a,b", "AGENT_PLANNER_CMD": "p -m x", "AGENT_PLANNER_SCOPE": "all"}
+        assert Target().environment() == {"AGENT_BUGS": "", "AGENT_PLANNER_CMD": "", "AGENT_PLANNER_DIR": ""}
+        env = Target(bugs=("a", "b")).with_planner("p -m x", "all", "/proj").environment()
+        assert env == {"AGENT_BUGS": "a,b", "AGENT_PLANNER_CMD": "p -m x", "AGENT_PLANNER_SCOPE": "all",
+                       "AGENT_PLANNER_DIR": "/proj"}
 
     def test_round_trip_records_the_whole_target(self, tmp_path):
         """to_json/from_json keep every field, with this interpreter written as {python}."""
         target = load_target(write(tmp_path, 'command = ["x"]\nenv = { A = "1" }\nconfiguration_flags = true\n'))
-        target = target.with_bugs(["s"]).with_planner("cmd plan", "all")
+        target = target.with_bugs(["s"]).with_planner("cmd plan", "all", "/proj")
         data = json.loads(json.dumps(target.to_json()))
         assert Target.from_json(data) == target
         assert Target().to_json()["command"][0] == "{python}" and Target.from_json(Target().to_json()) == Target()
 
     def test_correct_drops_switches_and_planner(self):
         """The baseline's target has no switch and no foreign planner."""
-        target = Target(bugs=("x",)).with_planner("p")
+        target = Target(bugs=("x",)).with_planner("p", None, "/proj")
         assert target.correct() == Target()
 
     def test_cache_key_ignores_switches_but_not_launch(self, tmp_path):
@@ -105,6 +108,9 @@ class TestTarget:
         base = Target()
         assert base.key() == Target(bugs=("x",)).with_planner("p").key()
         assert base.key(with_bugs=True) != Target(bugs=("x",)).key(with_bugs=True)
+        # The same command run elsewhere may be another planner (a relative script): discovery keys it apart.
+        assert Target().with_planner("p", None, "/a").key(with_bugs=True) != \
+            Target().with_planner("p", None, "/b").key(with_bugs=True)
         other = load_target(write(tmp_path, 'command = ["x"]\n'))
         assert other.key() != base.key()
 
@@ -126,6 +132,17 @@ class TestResolveTarget:
         """An unterminated quote in --planner-cmd is one line."""
         with pytest.raises(TargetError, match="planner command"):
             resolve_target(planner_command="python3 'oops")
+
+    def test_a_planner_command_runs_where_it_was_given(self, tmp_path, monkeypatch):
+        """--planner-cmd runs in the directory the front end ran in; a new scope alone keeps the file's directory."""
+        monkeypatch.chdir(tmp_path)
+        assert resolve_target(planner_command="node planner.js").planner_dir == os.getcwd()
+        assert resolve_target().planner_dir is None
+        sub = tmp_path / "t"
+        sub.mkdir()
+        path = write(sub, 'command = ["x"]\nplanner_command = "p"\n')
+        assert resolve_target(str(path), planner_scope="all").planner_dir == str(sub.resolve())
+        assert resolve_target(str(path), planner_command="q").planner_dir == os.getcwd()
 
     def test_a_foreign_target_without_switches_refuses_any(self, tmp_path):
         """Asking a target that lists no switch for one is refused, naming the switch."""
