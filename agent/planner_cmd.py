@@ -24,9 +24,10 @@ Settings (read once per process, ``PlannerCommand.from_environ``; a bad value is
 Invariants it protects:
 
 - **Fail closed, nothing written.** A command that cannot start, exits non-zero, outlives its timeout or prints
-  anything but one well-formed plan (``agent.plan_shape``) stops the agent with exit 8 (``PlannerCommandError``):
-  one stderr line saying what happened, then the last lines of the command's stderr. Nothing is committed for that
-  decision. A well-formed but *wrong* plan is executed as usual; the materializer or the store refuses it (exit 70).
+  anything but one well-formed plan (``agent.session.plan_shape``) stops the agent with exit 8
+  (``PlannerCommandError``): one stderr line saying what happened, then the last lines of the command's stderr.
+  Nothing is committed for that decision. A well-formed but *wrong* plan is executed as usual; the materializer or
+  the store refuses it (exit 70).
 - **Bounded.** The command runs in its own session (process group); at the timeout, or when SIGINT/SIGTERM reaches
   the agent (``cancel``, called from the agent's interrupt flag), the whole group is killed.
 - **No harness access.** The command inherits the agent's environment minus ``CHAOS_CONTROL``, so a foreign planner
@@ -201,7 +202,7 @@ class PlannerCommand:
     def _parse(self, out: bytes, err: bytes) -> dict:
         import json
 
-        from agent.plan_shape import plan_problem
+        from agent.session.plan_shape import plan_problem
 
         def pairs(items):
             seen = {}

@@ -9,9 +9,9 @@ started, its user message durable and nothing else (SPEC §14.4, P2) — exactly
 environment minus the checkpoint channel, in the directory the command was written for: ``Target.planner_dir``),
 and refuse to start in one line when it gives none.
 
-Invariant it protects: a command whose answer there is one well-formed plan (``agent.plan_shape``) is never
-refused, whatever the plan says: a *wrong* plan is what the cases are for (they judge it under real kills, and the
-first divergence names it), not a reason to run none.
+Invariant it protects: a command whose answer there is one well-formed plan (``agent.session.plan_shape``, the
+agent's own check) is never refused, whatever the plan says: a *wrong* plan is what the cases are for (they judge
+it under real kills, and the first divergence names it), not a reason to run none.
 
 Not here: comparing plans (``chaos.divergence``), conformance over a corpus (``chaos.conformance``).
 """
@@ -22,7 +22,7 @@ import json
 import os
 from typing import Any
 
-from agent.plan_shape import plan_problem
+from agent.session.plan_shape import plan_problem
 from chaos.divergence import ask_plan, planner_environment
 
 # A session whose first run has just started: the header, then the user message and runStarted in one transaction.

@@ -399,4 +399,4 @@ def test_start_path_without_the_variable_stays_light(tmp_path):
     """Without AGENT_PLANNER_CMD an idle `resume` does not import shlex or the plan-shape validator."""
     proc, modules = imported_modules(["resume", str(idle_session(tmp_path))])
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "agent.loop" in modules and not {"shlex", "agent.plan_shape"} & modules
+    assert "agent.loop" in modules and not {"shlex", "agent.session.plan_shape"} & modules

@@ -18,7 +18,7 @@ import jsonschema
 import pytest
 
 from agent import exits
-from agent.plan_shape import PLAN_TYPES, plan_problem
+from agent.session.plan_shape import PLAN_TYPES, plan_problem
 from agent.planner_cmd import (
     PlannerCommand,
     PlannerCommandCancelled,
@@ -312,7 +312,7 @@ class TestModuleSplit:
 
     def test_loop_does_not_import_the_cli(self):
         """agent.loop (and the modules it needs for exit codes and input files) never import agent.cli."""
-        for module in ("loop", "exits", "files", "planner_cmd", "plan_shape", "recovery"):
+        for module in ("loop", "exits", "files", "planner_cmd", "session/plan_shape", "recovery"):
             assert not {"agent.cli", "agent.loop.cli"} & self.imports(module), module
         assert "agent.exits" in self.imports("loop") and "agent.files" in self.imports("loop")
 

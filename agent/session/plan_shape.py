@@ -1,9 +1,10 @@
 """The shape of a RecoveryPlan (SPEC §14.2, ``schemas/recovery-plan.schema.json``), checked with the standard library.
 
 What it is for. A plan that comes from outside the process — a foreign planner command (``agent.planner_cmd``) — is
-checked against the spec's closed schema before the executor sees it. A value that is not a plan at all is the
-planner command's failure (exit 8), reported with the member that is wrong; it must never reach the executor as a
-``KeyError`` or a traceback.
+checked against the spec's closed schema before the executor sees it (and the harness asks the same of a foreign
+planner before it runs any case, ``chaos.preflight``: the shape is the contract's, so it lives in its package). A
+value that is not a plan at all is the planner command's failure (exit 8), reported with the member that is wrong;
+it must never reach the executor as a ``KeyError`` or a traceback.
 
 Invariant it protects: ``plan_problem(value)`` is None exactly when ``value`` matches the schema: one of the six plan
 types, its required members present, no other members, enums and types as written there. Integers follow SPEC §2.5/
