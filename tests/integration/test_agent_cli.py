@@ -117,6 +117,17 @@ class TestUsageErrors:
         assert status == 2 and out == ""
         assert err.count("\n") == 1 and err.startswith("agent: ")
 
+    @pytest.mark.parametrize("command", ["resume", "abort", "compact"])
+    def test_a_refused_command_line_leaves_a_torn_tail_in_place(self, corpus, tmp_path, capsys, command):
+        """Flags are checked before the store opens the session, whose open would truncate a torn tail: a command
+        refused for its input changes no byte of the file."""
+        data = (corpus / "fixtures" / "torn-tail.jsonl").read_bytes()
+        path = tmp_path / "torn.jsonl"
+        path.write_bytes(data)
+        status, out, err = run_cli(capsys, [command, str(path), "--workspace", str(tmp_path), "--replay", "bogus"])
+        assert status == 2 and out == "" and err.count("\n") == 1 and "--replay" in err
+        assert path.read_bytes() == data
+
     @pytest.mark.parametrize("command", ["reduce", "resume", "abort", "compact"])
     def test_missing_file_and_directory(self, tmp_path, capsys, command):
         """A missing path or a directory is one stderr line and exit 2."""
