@@ -380,6 +380,12 @@ def load_bundle(path: str | Path) -> Bundle:
     for key, kind in kinds.items():
         if not shapes.fits(data[key], kind):
             raise BundleError(f"{meta}: {key}: expected {shapes.expected(kind)}, got {shapes.describe(data[key])}")
+    try:  # the target's own fields too: the re-run hands them to processes as they are
+        problems = shapes.field_problems(target_of(data), f"{meta}: target")
+    except (TypeError, ValueError, AttributeError, KeyError) as exc:
+        problems = [f"{meta}: target: not a target description ({type(exc).__name__}: {exc})"]
+    if problems:
+        raise BundleError(problems[0])
     for key, value in data["scenario"].items():
         if key in ("file", "sha256") and not isinstance(value, str):
             raise BundleError(f"{meta}: scenario.{key}: expected a string, got {shapes.describe(value)}")

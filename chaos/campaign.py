@@ -296,7 +296,8 @@ CLI_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "shard": ("--shard", ("shard",)), "fail_fast": ("--fail-fast", ("fail_fast",)),
     "pinned_only": ("--pinned-only", ("pinned_only",)), "target_file": ("--target", ("target",)),
     "agent_config": ("--agent", ("target",)), "agent_bugs": ("--agent-bugs", ("target",)),
-    "planner_cmd": ("--planner-cmd", ("target",)), "planner_scope": ("--planner-scope", ("target",)),
+    "planner_cmd": ("--planner-cmd", ("target",)), "planner_dir": ("--planner-dir", ("target",)),
+    "planner_scope": ("--planner-scope", ("target",)),
     "launcher": ("--launcher", ("target",)),
     "tags": ("--tag", ("tags",)), "nightly": ("--nightly", ("mode", "depth", "faults", "regressions_pinned")),
     "name": ("--name", ("name",)), "out": ("--out", ("out",)), "cache": ("--cache", ("cache",)),
@@ -330,7 +331,8 @@ def _comparable_option(name: str, value: Any) -> Any:
         resolved = [str(Path(p).resolve()) for p in paths]
         return resolved[0] if isinstance(value, str) else resolved
     if name == "target":
-        return Target.from_json(value).label()
+        target = Target.from_json(value)  # its label, and where its planner runs (the same command elsewhere differs)
+        return target.label() + (f" in {target.planner_dir}" if target.planner_command and target.planner_dir else "")
     return value
 
 

@@ -177,24 +177,28 @@ def _output_directory(command: str, flag: str, path: str) -> None:
 
 
 def target_options(f):
-    """``--target``, ``--agent-bugs``, ``--planner-cmd``, ``--planner-scope`` and ``--launcher``: how every command
-    names the system under test (``chaos.target``)."""
+    """``--target``, ``--agent-bugs``, ``--planner-cmd``, ``--planner-dir``, ``--planner-scope`` and ``--launcher``:
+    how every command names the system under test (``chaos.target``)."""
     f = click.option("--launcher", type=click.Choice(["zygote", "exec"]), default=None,
                      help="how agent processes start: forked from a warm zygote, or exec'd from scratch "
                           "[default: zygote where the target allows it (a python -m command), else exec]")(f)
     f = click.option("--planner-scope", type=click.Choice(["recovery", "all"]), default=None,
                      help="which plans --planner-cmd decides: the recovery decisions (before the process commits "
                           "anything itself) [default] or every plan")(f)
+    f = click.option("--planner-dir", "planner_dir", metavar="DIR", type=click.Path(path_type=str),
+                     help="where the planner command runs [default: this directory for --planner-cmd, the target "
+                          "file's for its planner_command]")(f)
     f = click.option("--planner-cmd", "planner_cmd", metavar="CMD",
-                     help="a foreign recovery planner the agent runs as `CMD plan LOG CURRENT.json`, in this "
-                          "directory; asked for one plan before any case (docs/targets.md)")(f)
+                     help="a foreign recovery planner the agent runs as `CMD plan LOG CURRENT.json` (in "
+                          "--planner-dir); asked for one plan before any case (docs/targets.md)")(f)
     f = click.option("--agent-bugs", default="", metavar="NAMES",
                      help="known-bug switches of the target for the cases (never the baseline)")(f)
     return click.option("--target", "target_file", type=click.Path(path_type=str), metavar="TARGET.toml",
                         help="the system under test (docs/targets.md) [default: the bundled agent]")(f)
 
 
-def _target_or_exit(target_file, agent_bugs, planner_cmd, planner_scope, launcher=None, *, preflight=True):
+def _target_or_exit(target_file, agent_bugs, planner_cmd, planner_scope, launcher=None, *, planner_dir=None,
+                    preflight=True):
     """The target the options name, its foreign planner command (if any) asked for one plan first unless
     ``preflight`` is false (nothing will run): a command that cannot answer would fail every case alike
     (chaos.preflight). Exit 2 with one line per problem."""
@@ -203,7 +207,7 @@ def _target_or_exit(target_file, agent_bugs, planner_cmd, planner_scope, launche
 
     try:
         target = resolve_target(target_file, bugs=agent_bugs, planner_command=planner_cmd,
-                                planner_scope=planner_scope, launcher=launcher)
+                                planner_scope=planner_scope, launcher=launcher, planner_dir=planner_dir)
     except TargetError as exc:
         _fail_usage(exc.messages)
     problem = planner_problem(target) if preflight else None
@@ -233,8 +237,8 @@ def _load_scenario_or_exit(path: str):
               help="where case directories are kept")
 @click.option("--case-timeout", default=120.0, show_default=True, type=SECONDS,
               help="wall-clock limit per case, seconds")
-def run_command(scenario: str, kills: tuple[str, ...], target_file, agent_bugs: str, planner_cmd, planner_scope,
-                launcher, keep: bool, reports_dir: str, case_timeout: float) -> None:
+def run_command(scenario: str, kills: tuple[str, ...], target_file, agent_bugs: str, planner_cmd, planner_dir,
+                planner_scope, launcher, keep: bool, reports_dir: str, case_timeout: float) -> None:
     """Run the crash-free baseline, then each case; exit 0 when all hold, 1 when one did not (a --kill point the run
     never reached is one), 2 on usage errors."""
     loaded = _load_scenario_or_exit(scenario)
@@ -254,7 +258,7 @@ def run_command(scenario: str, kills: tuple[str, ...], target_file, agent_bugs: 
         if not parsed:
             _fail_usage([f"--kill {text!r}: empty schedule"])
         schedules.append(format_schedule(parsed))
-    target = _target_or_exit(target_file, agent_bugs, planner_cmd, planner_scope, launcher)
+    target = _target_or_exit(target_file, agent_bugs, planner_cmd, planner_scope, launcher, planner_dir=planner_dir)
     _output_directory("run", "--reports", reports_dir)  # once the command line holds: a refused one makes nothing
 
     import time
@@ -455,13 +459,13 @@ def repro_command(bundle: str, work: str | None, keep: bool) -> None:
     planner command gives no plan here (it is not part of the bundle).
     """
     loaded = _bundle_or_exit(bundle)
-    if work:
-        _output_directory("repro", "--work", work)
     from chaos.preflight import planner_problem
 
     problem = planner_problem(loaded.target)  # the bundle does not carry the planner: is it here too, where it was?
     if problem is not None:
         _fail_usage([f"{bundle}: {problem}; no case was run"])
+    if work:
+        _output_directory("repro", "--work", work)  # once the bundle is usable: a refused repro makes nothing
     import shutil
     import tempfile
     from pathlib import Path
@@ -685,8 +689,8 @@ def _campaign_usage(lines: list[str]) -> None:
               help="run a sample of the scenarios' cases (one per fault action and per kill point kind) under both "
                    "launchers and fail when a verdict or transcript differs (chaos/launchercheck.py)")
 def campaign_command(scenarios, mode, depth, faults, seed, case_count, duration, max_faults, budget, workers, shard,
-                     fail_fast, pinned_only, target_file, agent_bugs, planner_cmd, planner_scope, launcher, agent_config,
-                     tags,
+                     fail_fast, pinned_only, target_file, agent_bugs, planner_cmd, planner_dir, planner_scope, launcher,
+                     agent_config, tags,
                      list_only, nightly, name, out, cache, resume_dir, keep, no_shrink, case_timeout,
                      no_replay, launcher_check) -> None:
     """Run many cases in parallel: with no arguments, every bundled scenario at every kill point (exhaustive, depth 1).
@@ -718,11 +722,11 @@ def campaign_command(scenarios, mode, depth, faults, seed, case_count, duration,
         if mode == "exhaustive" and random_only:
             _campaign_usage([f"{', '.join(random_only)}: random mode only (add --mode random)"])
     target = None
-    if resume_dir is None or explicit & {"target_file", "agent_config", "agent_bugs", "planner_cmd", "planner_scope",
-                                         "launcher"}:
+    if resume_dir is None or explicit & {"target_file", "agent_config", "agent_bugs", "planner_cmd", "planner_dir",
+                                         "planner_scope", "launcher"}:
         # On --resume the stored target runs (given options only may not differ from it): that one is asked below.
         target = _target_or_exit(target_file or agent_config, agent_bugs, planner_cmd, planner_scope, launcher,
-                                 preflight=not list_only and resume_dir is None)
+                                 planner_dir=planner_dir, preflight=not list_only and resume_dir is None)
     try:
         families = list(cp.FAULT_FAMILIES) if faults.strip() == "all" else [
             f.strip() for f in faults.split(",") if f.strip()]
@@ -789,14 +793,17 @@ def campaign_command(scenarios, mode, depth, faults, seed, case_count, duration,
 @click.option("--target", "target_file", type=click.Path(path_type=str), metavar="TARGET.toml",
               help="the system under test whose switches are exercised (docs/targets.md) [default: the bundled agent]")
 @click.option("--planner-cmd", "planner_cmd", metavar="CMD",
-              help="a foreign recovery planner the agent consults in every campaign, run in this directory; asked "
-                   "for one plan before any case (docs/targets.md)")
+              help="a foreign recovery planner the agent consults in every campaign (in --planner-dir); asked for "
+                   "one plan before any case (docs/targets.md)")
+@click.option("--planner-dir", "planner_dir", metavar="DIR", type=click.Path(path_type=str),
+              help="where the planner command runs [default: this directory for --planner-cmd, the target file's "
+                   "for its planner_command]")
 @click.option("--planner-scope", type=click.Choice(["recovery", "all"]), default=None,
               help="which plans --planner-cmd decides [default: recovery]")
 @click.option("--launcher", type=click.Choice(["zygote", "exec"]), default=None,
               help="how agent processes start [default: zygote where the target allows it]")
 def mutants_command(scenarios, switches, fast, workers, out, name, case_timeout, target_file, planner_cmd,
-                    planner_scope, launcher) -> None:
+                    planner_dir, planner_scope, launcher) -> None:
     """Run the campaign on the correct agent and once per known-bug switch: is every switch detected?
 
     Prints a table (per switch: detected, the invariant that caught it, the first failing case, its shrunk
@@ -809,7 +816,7 @@ def mutants_command(scenarios, switches, fast, workers, out, name, case_timeout,
     from chaos import mutants as mu
     from chaos import verdict
 
-    target = _target_or_exit(target_file, "", planner_cmd, planner_scope, launcher)
+    target = _target_or_exit(target_file, "", planner_cmd, planner_scope, launcher, planner_dir=planner_dir)
     options = mu.MutantsOptions(scenarios=list(scenarios), switches=list(switches), fast=fast, workers=workers,
                                 out=out, name=name, case_seconds=case_timeout, target=target)
     try:

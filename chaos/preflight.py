@@ -3,11 +3,13 @@
 What it is for. With ``--planner-cmd CMD`` (or a target file's ``planner_command``) the bundled agent runs ``CMD plan
 LOG CURRENT.json`` at each recovery decision, and a command that cannot answer at all — a missing script, a typo,
 a runtime that is not installed — stops the agent with exit 8 in every case: a campaign of identical failures that
-took its whole time to say one thing. So the front ends (``chaos run``, ``campaign``, ``mutants``, the pytest
-plugin) first ask the command for the plan of the simplest state a recovery decision meets — a run that has just
-started, its user message durable and nothing else (SPEC §14.4, P2) — exactly as the agent would ask it (the same
-environment minus the checkpoint channel, in the directory the command was written for: ``Target.planner_dir``),
-and refuse to start in one line when it gives none.
+took its whole time to say one thing. So the front ends (``chaos run``, ``campaign``, ``mutants``, ``repro``, the
+pytest plugin) first ask the command for the plan of the simplest state a recovery decision meets — a run that has
+just started, its user message durable and nothing else (SPEC §14.4, P2) — as the agent would ask it: in the
+directory it runs in (``Target.planner_dir``; an empty one for a record from before there was one, as an agent
+would run it in its fresh workspace), with the harness's and the target's environment minus the checkpoint channel,
+within the agent's ``AGENT_PLANNER_TIMEOUT``; a case's own variables (its model server, its witness file) do not
+exist yet. It refuses to start in one line when the command gives no plan.
 
 Invariant it protects: a command whose answer there is one well-formed plan (``agent.session.plan_shape``, the
 agent's own check) is never refused, whatever the plan says: a *wrong* plan is what the cases are for (they judge
@@ -19,11 +21,13 @@ Not here: comparing plans (``chaos.divergence``), conformance over a corpus (``c
 from __future__ import annotations
 
 import json
+import math
 import os
+import tempfile
 from typing import Any
 
 from agent.session.plan_shape import plan_problem
-from chaos.divergence import ask_plan, planner_environment
+from chaos.divergence import PLAN_TIMEOUT, ask_plan, planner_environment
 
 # A session whose first run has just started: the header, then the user message and runStarted in one transaction.
 # The reference planner's answer is P2's `startStep assistant` (tests/unit/chaos/test_preflight.py checks it).
@@ -51,17 +55,39 @@ CURRENT = {"configurationDigest": "sha256:" + "0" * 64, "environmentIdentity": "
 def planner_problem(target: Any) -> str | None:
     """One line saying why the foreign planner command of ``target`` (``chaos.target.Target``) gave no plan for a
     run that has just started; None when it gave a well-formed one, or when the target has no such command."""
-    command = target.planner_command
+    command, where = target.planner_command, target.planner_dir
     if not command:
         return None
-    where = target.planner_dir
+    if not isinstance(command, str) or not (where is None or isinstance(where, str)):  # a hand-edited record
+        return f"planner command {command!r} in {where!r}: not a command line and a directory"
     name = f"planner command {command!r}" + (f" (run in {where})" if where else "")
     if where and not os.path.isdir(where):
-        return f"{name}: its directory does not exist"
-    plan, failure = ask_plan(target.planner_argv(), LOG, CURRENT, planner_environment(target), cwd=where)
+        return f"{name}: its directory " + ("does not exist" if not os.path.exists(where) else "is not a directory")
+    try:
+        argv = target.planner_argv()
+    except ValueError as exc:  # shlex: an unterminated quote (a file read back; a command line is checked earlier)
+        return f"{name}: cannot be split into words: {exc}"
+    env = planner_environment(target)
+    timeout = _timeout(env.get("AGENT_PLANNER_TIMEOUT"))
+    if timeout is None:
+        return f"{name}: AGENT_PLANNER_TIMEOUT={env['AGENT_PLANNER_TIMEOUT']!r} is not a positive number of seconds"
+    with tempfile.TemporaryDirectory(prefix="killpoint-preflight-") as empty:
+        plan, failure = ask_plan(argv, LOG, CURRENT, env, timeout=timeout, cwd=where or empty)
     if failure is None:
         problem = plan_problem(plan)
         failure = f"an answer that is not a plan ({problem})" if problem is not None else None
     if failure is None:
         return None
     return f"{name} gave {failure} for a run that has just started (SPEC §14.4 P2)"
+
+
+def _timeout(text: str | None) -> float | None:
+    """Seconds the agent gives its planner command for ``AGENT_PLANNER_TIMEOUT=text`` (``agent.planner_cmd``: unset
+    or empty is 30), or None where the agent would refuse the value (exit 2 at every launch)."""
+    if not text:
+        return PLAN_TIMEOUT
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if 0 < value and math.isfinite(value) else None

@@ -59,7 +59,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--killpoint-agent-bugs", default="", metavar="NAMES",
                     help="known-bug switches of the target for the cases (the baseline always runs the correct one)")
     group.addoption("--killpoint-planner-cmd", default=None, metavar="CMD",
-                    help="a foreign recovery planner the agent consults (`CMD plan LOG CURRENT.json`)")
+                    help="a foreign recovery planner the agent consults (`CMD plan LOG CURRENT.json`, in "
+                         "--killpoint-planner-dir); asked for one plan before any item runs")
+    group.addoption("--killpoint-planner-dir", default=None, metavar="DIR",
+                    help="where the planner command runs (default: where pytest was started for "
+                         "--killpoint-planner-cmd, the target file's directory for its planner_command)")
     group.addoption("--killpoint-planner-scope", choices=("recovery", "all"), default=None,
                     help="which plans --killpoint-planner-cmd decides (default: recovery)")
     group.addoption("--killpoint-launcher", choices=("zygote", "exec"), default=None,
@@ -94,6 +98,11 @@ class _KillpointState:
         self.target_file = config.getoption("killpoint_target")
         self.planner_cmd = config.getoption("killpoint_planner_cmd")
         self.planner_scope = config.getoption("killpoint_planner_scope")
+        planner_dir = config.getoption("killpoint_planner_dir")
+        # Relative to where pytest was started, like every other path on its command line; so is a command given
+        # there (an xdist worker may run elsewhere).
+        self.planner_dir = str((Path(config.invocation_params.dir) / planner_dir).resolve()) if planner_dir else (
+            str(config.invocation_params.dir) if self.planner_cmd else None)
         self.launcher = config.getoption("killpoint_launcher")
         self.target = None  # chaos.target.Target, resolved on first use (it imports the harness)
         self.mode = config.getoption("killpoint_mode")
@@ -127,16 +136,21 @@ class _KillpointState:
 
             try:
                 self.target = resolve_target(self.target_file, bugs=self.bugs, planner_command=self.planner_cmd,
-                                             planner_scope=self.planner_scope, launcher=self.launcher)
+                                             planner_scope=self.planner_scope, launcher=self.launcher,
+                                             planner_dir=self.planner_dir)
             except TargetError as exc:
                 raise pytest.UsageError("--killpoint-target/--killpoint-agent-bugs: " + "; ".join(exc.messages)) \
                     from None
-            from chaos.preflight import planner_problem
+            # A command that cannot plan would fail every item alike. Asked once, where the run is decided (not in
+            # each xdist worker: the controller asked already), and not when nothing will run.
+            if not hasattr(self.config, "workerinput") and not self.config.option.collectonly:
+                from chaos.preflight import planner_problem
 
-            problem = planner_problem(self.target)  # a command that cannot plan would fail every scenario alike
-            if problem is not None:
-                self.target = None
-                raise pytest.UsageError(f"--killpoint-planner-cmd: {problem}")
+                problem = planner_problem(self.target)
+                if problem is not None:
+                    self.target = None
+                    flag = "--killpoint-planner-cmd" if self.planner_cmd else "--killpoint-target"
+                    raise pytest.UsageError(f"{flag}: {problem}")
         return self.target
 
     def context(self):
@@ -172,7 +186,7 @@ def pytest_configure(config: pytest.Config) -> None:
     state = _KillpointState(config)
     config.stash[_STATE] = state
     config.pluginmanager.register(_JunitNames(config), "killpoint-junit-names")
-    if state.bugs or state.target_file or state.planner_cmd:
+    if state.bugs or state.target_file or state.planner_cmd or state.planner_dir:
         # Checked now, not at the first case: a typo must not make every case "pass" with the correct agent.
         state.resolve_target()
     if state.explicit:

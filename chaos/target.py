@@ -198,8 +198,9 @@ class Target:
             ident["probe"] = {**self.probe.to_json(), "python": None, "digest": _program_digest(self.probe)}
         if with_bugs:
             ident["bugs"] = sorted(self.bugs)
-            ident["planner"] = ([self.planner_command, self.planner_scope, self.planner_dir] if self.planner_command
-                                else None)
+            # The directory only when there is one: a record from before it keys its planner as it did then.
+            ident["planner"] = ([self.planner_command, self.planner_scope]
+                                + ([self.planner_dir] if self.planner_dir else []) if self.planner_command else None)
         return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
 
     def without_bugs(self) -> Target:
@@ -215,9 +216,12 @@ class Target:
         return replace(self, bugs=tuple(sorted(dict.fromkeys(bugs))))
 
     def with_planner(self, command: str | None, scope: str | None = None, directory: str | None = None) -> Target:
-        """This target with a foreign planner ``command`` run in ``directory`` (kept when None: a new scope only)."""
+        """This target with a foreign planner ``command`` run in ``directory`` (None: the directory it had, for the
+        same command only — another command was written somewhere else)."""
+        if directory is None and command == self.planner_command:
+            directory = self.planner_dir
         return replace(self, planner_command=command or None, planner_scope=scope or self.planner_scope,
-                       planner_dir=(directory or self.planner_dir) if command else None)
+                       planner_dir=directory if command else None)
 
     def zygote_module(self) -> str | None:
         """The module a zygote can run for this target (``python -m MODULE`` by this interpreter, or the probe's
@@ -259,6 +263,8 @@ class Target:
             out += ["--agent-bugs", ",".join(self.bugs)]
         if self.planner_command:
             out += ["--planner-cmd", self.planner_command]
+            if self.planner_dir:  # where it ran, wherever the line is pasted (a bundle's folder, a CI log)
+                out += ["--planner-dir", self.planner_dir]
             if self.planner_scope != "recovery":
                 out += ["--planner-scope", self.planner_scope]
         return out
@@ -326,9 +332,9 @@ class Target:
             "name": self.name, "kind": self.kind, "command": self.portable_command(),
             "launch": {k: list(v) for k, v in self.launch}, "env": dict(self.env), "bugs": list(self.bugs),
             "configuration_flags": self.configuration_flags, "planner_command": self.planner_command,
-            "planner_scope": self.planner_scope, "planner_dir": self.planner_dir, "invariants": list(self.invariants),
-            "effects": self.effects,
-            "model": self.model, "settled_exits": list(self.settled_exits), "blocked_exit": self.blocked_exit,
+            "planner_scope": self.planner_scope, "planner_dir": self.planner_dir,
+            "invariants": list(self.invariants), "effects": self.effects, "model": self.model,
+            "settled_exits": list(self.settled_exits), "blocked_exit": self.blocked_exit,
             "locked_exit": self.locked_exit, "source": self.source, "launcher": self.launcher,
             "preload": list(self.preload), "probe": self.probe.to_json() if self.probe else None,
         }
@@ -722,9 +728,12 @@ def describe(target: Target, flags: Sequence[str] = (), *, environ: Mapping[str,
 
 
 def resolve_target(path: str | None = None, *, bugs: str | Sequence[str] = "", planner_command: str | None = None,
-                   planner_scope: str | None = None, launcher: str | None = None) -> Target:
+                   planner_scope: str | None = None, launcher: str | None = None,
+                   planner_dir: str | None = None) -> Target:
     """The one place a front end (CLI, pytest plugin, mutants) builds its target: the file (default: the bundled
-    agent), then the known-bug switches (checked against what the target offers) and a foreign planner on top."""
+    agent), then the known-bug switches (checked against what the target offers) and a foreign planner on top.
+    A ``planner_command`` given here runs in ``planner_dir``, by default the directory this process runs in (where
+    a shell or a CI job wrote it); ``planner_dir`` alone moves the file's ``planner_command``."""
     target = load_target(path) if path else Target()
     if target.probe is not None:
         raise TargetError(f"{path}: a python target (kind = \"python\") is run from a probe scenario's [target] "
@@ -746,8 +755,17 @@ def resolve_target(path: str | None = None, *, bugs: str | Sequence[str] = "", p
         target = replace(target, launcher=launcher, preload=target.preload or (
             (target.command[2],) if len(target.command) >= 3 and target.command[1] == "-m" else ()))
     target = target.with_bugs(check_bugs(target, names))
-    if planner_command or planner_scope:
-        # A command given here was written where this process runs (a shell, a CI job): it runs there.
-        target = target.with_planner(planner_command or target.planner_command, planner_scope,
-                                     os.getcwd() if planner_command else None)
+    if planner_dir is not None:
+        if not (planner_command or target.planner_command):
+            raise TargetError("planner directory: given without a planner command")
+        if not os.path.isdir(planner_dir):
+            raise TargetError(f"planner directory {planner_dir!r}: not a directory")
+        planner_dir = os.path.abspath(planner_dir)
+    elif planner_command:
+        try:
+            planner_dir = os.getcwd()
+        except FileNotFoundError:
+            raise TargetError("planner command: the current directory no longer exists (give --planner-dir)") from None
+    if planner_command or planner_scope or planner_dir:
+        target = target.with_planner(planner_command or target.planner_command, planner_scope, planner_dir)
     return target

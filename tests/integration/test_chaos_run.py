@@ -196,6 +196,22 @@ def test_a_planner_command_that_cannot_plan_stops_before_any_case(tmp_path, monk
     assert not (tmp_path / "reports").exists()
 
 
+@pytest.mark.parametrize("command", ["campaign", "mutants"])
+def test_campaign_and_mutants_ask_the_planner_first_but_a_list_does_not(tmp_path, monkeypatch, command):
+    """`chaos campaign` and `chaos mutants` refuse a planner command that gives no plan before any worker starts
+    (exit 2, nothing under --out); `campaign --list` runs nothing, so it asks nothing."""
+    monkeypatch.chdir(tmp_path)
+    scenario, missing = str(SCENARIOS / "plain-answer.toml"), f"{sys.executable} plannr.py"
+    result = invoke(command, scenario, "--planner-cmd", missing, "--out", str(tmp_path / "out"))
+    assert result.exit_code == 2
+    [line] = result.output.splitlines()
+    assert "gave no plan (exit 2: " in line and line.endswith("no case was run")
+    assert not (tmp_path / "out").exists()
+    if command == "campaign":
+        listed = invoke("campaign", scenario, "--planner-cmd", missing, "--list", "--out", str(tmp_path / "out"))
+        assert listed.exit_code == 0 and "plain-answer::stepAttempt@after-sync#1" in listed.output
+
+
 def test_chaos_killpoints_lists_every_kill_point_of_the_baseline():
     """`chaos killpoints` prints every transaction's kill points at the three phases."""
     result = invoke("killpoints", str(SCENARIOS / "plain-answer.toml"))

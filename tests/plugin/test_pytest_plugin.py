@@ -188,6 +188,9 @@ def test_a_planner_command_that_cannot_plan_is_a_usage_error(project):
                                           f"{sys.executable} no-planner.py")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--killpoint-planner-cmd: planner command * gave no plan (exit 2: *no-planner.py*"])
+    listed = project.runpytest_subprocess("scenarios/tiny.toml", "--collect-only", "--killpoint-planner-cmd",
+                                          f"{sys.executable} no-planner.py")
+    assert listed.ret == pytest.ExitCode.OK  # nothing runs, nothing is asked
 
 
 def test_a_plugin_run_reuses_a_campaigns_baselines(project, tmp_path):

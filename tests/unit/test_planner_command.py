@@ -202,7 +202,7 @@ class TestRunner:
             print(json.dumps({{"type": "finish", "outcome": "aborted"}}))
         """, name="mine.py")
         monkeypatch.chdir(elsewhere)  # the agent's own directory: a case's workspace
-        runner = command(f"{sys.executable} mine.py", AGENT_PLANNER_DIR=str(home))
+        runner = command(f"{sys.executable} mine.py", AGENT_PLANNER_DIR="../proj")  # relative: to the agent's
         assert runner.directory == str(home) and str(home) in runner.describe()
         assert runner.plan("session.jsonl", CURRENT) == {"type": "finish", "outcome": "aborted"}
         assert json.loads(seen.read_text()) == {"cwd": str(home), "log": str(elsewhere / "session.jsonl")}

@@ -95,3 +95,34 @@ def test_it_is_asked_with_the_agents_environment_minus_the_channel(tmp_path, mon
     names = json.loads(seen.read_text())
     assert "MINE" in names and "AGENT_PLANNER_DIR" in names
     assert "CHAOS_CONTROL" not in names and "AGENT_PLANNER_CMD" not in names
+
+
+def test_a_record_without_a_directory_is_asked_in_an_empty_one(tmp_path, monkeypatch):
+    """A target recorded before planner_dir existed runs its planner in each case's fresh workspace: the pre-flight
+    asks it in an empty directory too, not in this process's own (where a relative script would be found)."""
+    name = script(tmp_path, REFERENCE)
+    monkeypatch.chdir(tmp_path)
+    target = Target.from_json({**Target().to_json(), "planner_command": f"{sys.executable} {name}"})
+    assert target.planner_dir is None
+    problem = planner_problem(target)
+    assert problem is not None and "gave no plan (exit 2: " in problem and name in problem
+
+
+def test_the_agents_planner_timeout_applies(tmp_path):
+    """AGENT_PLANNER_TIMEOUT bounds the question as it bounds the agent's; a value the agent refuses is named."""
+    name = script(tmp_path, "import time\ntime.sleep(30)\n")
+    slow = Target(env=(("AGENT_PLANNER_TIMEOUT", "0.5"),)).with_planner(f"{sys.executable} {name}", None,
+                                                                         str(tmp_path))
+    problem = planner_problem(slow)
+    assert problem is not None and "timed out after 0.5s" in problem
+    bad = Target(env=(("AGENT_PLANNER_TIMEOUT", "soon"),)).with_planner("p", None, str(tmp_path))
+    assert planner_problem(bad).endswith("AGENT_PLANNER_TIMEOUT='soon' is not a positive number of seconds")
+
+
+def test_hand_edited_records_give_one_line(tmp_path):
+    """A command that cannot be split, or a directory that is a file, is a line (a bundle or campaign.json read
+    back), not a traceback."""
+    assert "cannot be split into words" in planner_problem(Target().with_planner("p 'open", None, str(tmp_path)))
+    afile = tmp_path / "file"
+    afile.write_text("")
+    assert planner_problem(Target().with_planner("p", None, str(afile))).endswith("its directory is not a directory")

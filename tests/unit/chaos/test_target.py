@@ -126,6 +126,26 @@ class TestTarget:
         assert target.cli_args() == ["--target", target.source, "--agent-bugs", "b", "--planner-cmd", "p q",
                                      "--planner-scope", "all"]
 
+    def test_cli_args_rebuild_where_the_planner_runs(self, tmp_path, monkeypatch):
+        """A reproduce line pasted in another directory runs the planner where it ran: it names --planner-dir, and
+        resolving its options gives the same target (and the same discovery key)."""
+        home = tmp_path / "t"
+        home.mkdir()
+        original = resolve_target(str(write(home, 'command = ["x"]\nplanner_command = "python3 planner.py"\n')))
+        args = original.cli_args()
+        assert args[args.index("--planner-dir") + 1] == str(home.resolve())
+        monkeypatch.chdir(tmp_path)  # elsewhere
+        options = dict(zip(args[::2], args[1::2]))
+        again = resolve_target(options["--target"], planner_command=options["--planner-cmd"],
+                               planner_dir=options["--planner-dir"])
+        assert again == original and again.key(with_bugs=True) == original.key(with_bugs=True)
+
+    def test_another_planner_command_does_not_inherit_the_directory(self):
+        """with_planner keeps the directory for the same command (a new scope) and drops it for another one."""
+        target = Target().with_planner("p", None, "/proj")
+        assert target.with_planner("p", "all").planner_dir == "/proj"
+        assert target.with_planner("q").planner_dir is None
+
 
 class TestResolveTarget:
     def test_bad_planner_command_is_a_usage_error(self):
@@ -143,6 +163,12 @@ class TestResolveTarget:
         path = write(sub, 'command = ["x"]\nplanner_command = "p"\n')
         assert resolve_target(str(path), planner_scope="all").planner_dir == str(sub.resolve())
         assert resolve_target(str(path), planner_command="q").planner_dir == os.getcwd()
+        # --planner-dir: relative to here, made absolute; it must be a directory and needs a command to move.
+        assert resolve_target(str(path), planner_dir="t").planner_dir == str(sub.resolve())
+        with pytest.raises(TargetError, match="not a directory"):
+            resolve_target(planner_command="p", planner_dir="nowhere")
+        with pytest.raises(TargetError, match="without a planner command"):
+            resolve_target(planner_dir=".")
 
     def test_a_foreign_target_without_switches_refuses_any(self, tmp_path):
         """Asking a target that lists no switch for one is refused, naming the switch."""
