@@ -297,6 +297,7 @@ CLI_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "pinned_only": ("--pinned-only", ("pinned_only",)), "target_file": ("--target", ("target",)),
     "agent_config": ("--agent", ("target",)), "agent_bugs": ("--agent-bugs", ("target",)),
     "planner_cmd": ("--planner-cmd", ("target",)), "planner_dir": ("--planner-dir", ("target",)),
+    "planner_timeout": ("--planner-timeout", ("target",)),
     "planner_scope": ("--planner-scope", ("target",)),
     "launcher": ("--launcher", ("target",)),
     "tags": ("--tag", ("tags",)), "nightly": ("--nightly", ("mode", "depth", "faults", "regressions_pinned")),
@@ -332,7 +333,9 @@ def _comparable_option(name: str, value: Any) -> Any:
         return resolved[0] if isinstance(value, str) else resolved
     if name == "target":
         target = Target.from_json(value)  # its label, and where its planner runs (the same command elsewhere differs)
-        return target.label() + (f" in {target.planner_dir}" if target.planner_command and target.planner_dir else "")
+        where = f" in {target.planner_dir}" if target.planner_command and target.planner_dir else ""
+        within = f" within {target.planner_timeout:g}s" if target.planner_command and target.planner_timeout else ""
+        return target.label() + where + within
     return value
 
 

@@ -177,14 +177,18 @@ def _output_directory(command: str, flag: str, path: str) -> None:
 
 
 def target_options(f):
-    """``--target``, ``--agent-bugs``, ``--planner-cmd``, ``--planner-dir``, ``--planner-scope`` and ``--launcher``:
-    how every command names the system under test (``chaos.target``)."""
+    """``--target``, ``--agent-bugs``, ``--planner-cmd``, ``--planner-dir``, ``--planner-timeout``, ``--planner-scope``
+    and ``--launcher``: how every command names the system under test (``chaos.target``)."""
     f = click.option("--launcher", type=click.Choice(["zygote", "exec"]), default=None,
                      help="how agent processes start: forked from a warm zygote, or exec'd from scratch "
                           "[default: zygote where the target allows it (a python -m command), else exec]")(f)
     f = click.option("--planner-scope", type=click.Choice(["recovery", "all"]), default=None,
                      help="which plans --planner-cmd decides: the recovery decisions (before the process commits "
                           "anything itself) [default] or every plan")(f)
+    f = click.option("--planner-timeout", "planner_timeout", metavar="SECONDS", type=SECONDS,
+                     envvar="AGENT_PLANNER_TIMEOUT", show_envvar=True,
+                     help="seconds the agent gives the planner command per decision, recorded with the target "
+                          "[default: 30]")(f)
     f = click.option("--planner-dir", "planner_dir", metavar="DIR", type=click.Path(path_type=str),
                      help="where the planner command runs [default: this directory for --planner-cmd, the target "
                           "file's for its planner_command]")(f)
@@ -198,7 +202,7 @@ def target_options(f):
 
 
 def _target_or_exit(target_file, agent_bugs, planner_cmd, planner_scope, launcher=None, *, planner_dir=None,
-                    preflight=True):
+                    planner_timeout=None, preflight=True):
     """The target the options name, its foreign planner command (if any) asked for one plan first unless
     ``preflight`` is false (nothing will run): a command that cannot answer would fail every case alike
     (chaos.preflight). Exit 2 with one line per problem."""
@@ -207,7 +211,8 @@ def _target_or_exit(target_file, agent_bugs, planner_cmd, planner_scope, launche
 
     try:
         target = resolve_target(target_file, bugs=agent_bugs, planner_command=planner_cmd,
-                                planner_scope=planner_scope, launcher=launcher, planner_dir=planner_dir)
+                                planner_scope=planner_scope, launcher=launcher, planner_dir=planner_dir,
+                                planner_timeout=planner_timeout)
     except TargetError as exc:
         _fail_usage(exc.messages)
     problem = planner_problem(target) if preflight else None
@@ -238,7 +243,7 @@ def _load_scenario_or_exit(path: str):
 @click.option("--case-timeout", default=120.0, show_default=True, type=SECONDS,
               help="wall-clock limit per case, seconds")
 def run_command(scenario: str, kills: tuple[str, ...], target_file, agent_bugs: str, planner_cmd, planner_dir,
-                planner_scope, launcher, keep: bool, reports_dir: str, case_timeout: float) -> None:
+                planner_timeout, planner_scope, launcher, keep: bool, reports_dir: str, case_timeout: float) -> None:
     """Run the crash-free baseline, then each case; exit 0 when all hold, 1 when one did not (a --kill point the run
     never reached is one), 2 on usage errors."""
     loaded = _load_scenario_or_exit(scenario)
@@ -258,7 +263,8 @@ def run_command(scenario: str, kills: tuple[str, ...], target_file, agent_bugs: 
         if not parsed:
             _fail_usage([f"--kill {text!r}: empty schedule"])
         schedules.append(format_schedule(parsed))
-    target = _target_or_exit(target_file, agent_bugs, planner_cmd, planner_scope, launcher, planner_dir=planner_dir)
+    target = _target_or_exit(target_file, agent_bugs, planner_cmd, planner_scope, launcher, planner_dir=planner_dir,
+                             planner_timeout=planner_timeout)
     _output_directory("run", "--reports", reports_dir)  # once the command line holds: a refused one makes nothing
 
     import time
@@ -689,8 +695,8 @@ def _campaign_usage(lines: list[str]) -> None:
               help="run a sample of the scenarios' cases (one per fault action and per kill point kind) under both "
                    "launchers and fail when a verdict or transcript differs (chaos/launchercheck.py)")
 def campaign_command(scenarios, mode, depth, faults, seed, case_count, duration, max_faults, budget, workers, shard,
-                     fail_fast, pinned_only, target_file, agent_bugs, planner_cmd, planner_dir, planner_scope, launcher,
-                     agent_config, tags,
+                     fail_fast, pinned_only, target_file, agent_bugs, planner_cmd, planner_dir, planner_timeout,
+                     planner_scope, launcher, agent_config, tags,
                      list_only, nightly, name, out, cache, resume_dir, keep, no_shrink, case_timeout,
                      no_replay, launcher_check) -> None:
     """Run many cases in parallel: with no arguments, every bundled scenario at every kill point (exhaustive, depth 1).
@@ -712,6 +718,10 @@ def campaign_command(scenarios, mode, depth, faults, seed, case_count, duration,
     context = click.get_current_context()
     explicit = {p for p in context.params if context.get_parameter_source(p) in (
         click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT)}
+    if resume_dir is not None and context.get_parameter_source("planner_timeout") == \
+            click.core.ParameterSource.ENVIRONMENT:
+        # An AGENT_PLANNER_TIMEOUT left in the shell is not a flag typed for this resume: the stored one rules.
+        explicit.discard("planner_timeout")
     if resume_dir is None:
         # Options another one overrides or ignores are refused, not silently dropped (the report would describe a
         # campaign other than the one asked for).
@@ -723,10 +733,11 @@ def campaign_command(scenarios, mode, depth, faults, seed, case_count, duration,
             _campaign_usage([f"{', '.join(random_only)}: random mode only (add --mode random)"])
     target = None
     if resume_dir is None or explicit & {"target_file", "agent_config", "agent_bugs", "planner_cmd", "planner_dir",
-                                         "planner_scope", "launcher"}:
+                                         "planner_timeout", "planner_scope", "launcher"}:
         # On --resume the stored target runs (given options only may not differ from it): that one is asked below.
         target = _target_or_exit(target_file or agent_config, agent_bugs, planner_cmd, planner_scope, launcher,
-                                 planner_dir=planner_dir, preflight=not list_only and resume_dir is None)
+                                 planner_dir=planner_dir, planner_timeout=planner_timeout,
+                                 preflight=not list_only and resume_dir is None)
     try:
         families = list(cp.FAULT_FAMILIES) if faults.strip() == "all" else [
             f.strip() for f in faults.split(",") if f.strip()]
@@ -798,12 +809,14 @@ def campaign_command(scenarios, mode, depth, faults, seed, case_count, duration,
 @click.option("--planner-dir", "planner_dir", metavar="DIR", type=click.Path(path_type=str),
               help="where the planner command runs [default: this directory for --planner-cmd, the target file's "
                    "for its planner_command]")
+@click.option("--planner-timeout", "planner_timeout", metavar="SECONDS", type=SECONDS, envvar="AGENT_PLANNER_TIMEOUT",
+              show_envvar=True, help="seconds the agent gives the planner command per decision [default: 30]")
 @click.option("--planner-scope", type=click.Choice(["recovery", "all"]), default=None,
               help="which plans --planner-cmd decides [default: recovery]")
 @click.option("--launcher", type=click.Choice(["zygote", "exec"]), default=None,
               help="how agent processes start [default: zygote where the target allows it]")
 def mutants_command(scenarios, switches, fast, workers, out, name, case_timeout, target_file, planner_cmd,
-                    planner_dir, planner_scope, launcher) -> None:
+                    planner_dir, planner_timeout, planner_scope, launcher) -> None:
     """Run the campaign on the correct agent and once per known-bug switch: is every switch detected?
 
     Prints a table (per switch: detected, the invariant that caught it, the first failing case, its shrunk
@@ -816,7 +829,8 @@ def mutants_command(scenarios, switches, fast, workers, out, name, case_timeout,
     from chaos import mutants as mu
     from chaos import verdict
 
-    target = _target_or_exit(target_file, "", planner_cmd, planner_scope, launcher, planner_dir=planner_dir)
+    target = _target_or_exit(target_file, "", planner_cmd, planner_scope, launcher, planner_dir=planner_dir,
+                             planner_timeout=planner_timeout)
     options = mu.MutantsOptions(scenarios=list(scenarios), switches=list(switches), fast=fast, workers=workers,
                                 out=out, name=name, case_seconds=case_timeout, target=target)
     try:

@@ -232,6 +232,20 @@ def planner_environment(target: Any) -> dict[str, str]:
     return env
 
 
+def planner_timeout(env: Mapping[str, str]) -> float | None:
+    """Seconds the agent gives a planner command under ``env`` (its ``AGENT_PLANNER_TIMEOUT``, unset or empty: 30),
+    or None where the agent would refuse the value (exit 2 at every launch): the harness asks the command within the
+    same bound, so a plan the agent timed out on is not found in the harness's own question."""
+    text = env.get("AGENT_PLANNER_TIMEOUT")
+    if not text:
+        return PLAN_TIMEOUT
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if 0 < value < float("inf") else None
+
+
 def ask_plan(argv_template: Sequence[str], log: bytes, current: Mapping, env: Mapping[str, str],
              timeout: float = PLAN_TIMEOUT, cwd: str | None = None) -> tuple[Any, str | None]:
     """Run ``CMD plan LOG CURRENT`` on these bytes (in ``cwd``: a foreign planner command runs where it was
@@ -253,7 +267,8 @@ def ask_plan(argv_template: Sequence[str], log: bytes, current: Mapping, env: Ma
     try:
         return json.loads(proc.stdout), None
     except ValueError:
-        return None, "no plan (its output is not JSON)"
+        shown = proc.stdout[:60].decode(errors="replace")
+        return None, f"no plan (its output is not JSON: {'nothing' if not shown else 'it starts ' + repr(shown)})"
 
 
 def first_divergence(target: Any, evidence: Any) -> Divergence | None:
@@ -268,6 +283,7 @@ def first_divergence(target: Any, evidence: Any) -> Divergence | None:
         return None
     env = planner_environment(target)
     cwd = target.planner_dir if target.planner_command else None
+    timeout = planner_timeout(env) or PLAN_TIMEOUT  # a refused value: every launch said so already (exit 2)
     for n, kill in enumerate(evidence.kills, start=1):
         after = [launch for launch in evidence.launches if launch.index > kill.launch]
         current = after[0].current if after else None
@@ -277,7 +293,7 @@ def first_divergence(target: Any, evidence: Any) -> Divergence | None:
             state = reduce_session(kill.snapshot)
         except CorruptionError:
             continue  # a prefix that does not reduce: log-reduces reports it with its own evidence
-        plan, failure = ask_plan(template, kill.snapshot, current, env, cwd=cwd)
+        plan, failure = ask_plan(template, kill.snapshot, current, env, timeout=timeout, cwd=cwd)
         try:
             found = compare(state, current, plan, failure=failure, kill=n, fault=kill.fault,
                             entries=entry_kinds(kill.snapshot))

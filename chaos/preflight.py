@@ -21,13 +21,12 @@ Not here: comparing plans (``chaos.divergence``), conformance over a corpus (``c
 from __future__ import annotations
 
 import json
-import math
 import os
 import tempfile
 from typing import Any
 
 from agent.session.plan_shape import plan_problem
-from chaos.divergence import PLAN_TIMEOUT, ask_plan, planner_environment
+from chaos.divergence import ask_plan, planner_environment, planner_timeout
 
 # A session whose first run has just started: the header, then the user message and runStarted in one transaction.
 # The reference planner's answer is P2's `startStep assistant` (tests/unit/chaos/test_preflight.py checks it).
@@ -68,7 +67,7 @@ def planner_problem(target: Any) -> str | None:
     except ValueError as exc:  # shlex: an unterminated quote (a file read back; a command line is checked earlier)
         return f"{name}: cannot be split into words: {exc}"
     env = planner_environment(target)
-    timeout = _timeout(env.get("AGENT_PLANNER_TIMEOUT"))
+    timeout = planner_timeout(env)
     if timeout is None:
         return f"{name}: AGENT_PLANNER_TIMEOUT={env['AGENT_PLANNER_TIMEOUT']!r} is not a positive number of seconds"
     with tempfile.TemporaryDirectory(prefix="killpoint-preflight-") as empty:
@@ -79,15 +78,3 @@ def planner_problem(target: Any) -> str | None:
     if failure is None:
         return None
     return f"{name} gave {failure} for a run that has just started (SPEC §14.4 P2)"
-
-
-def _timeout(text: str | None) -> float | None:
-    """Seconds the agent gives its planner command for ``AGENT_PLANNER_TIMEOUT=text`` (``agent.planner_cmd``: unset
-    or empty is 30), or None where the agent would refuse the value (exit 2 at every launch)."""
-    if not text:
-        return PLAN_TIMEOUT
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if 0 < value and math.isfinite(value) else None

@@ -36,6 +36,7 @@ depth 1 only (depth 2, torn writes and random schedules are the campaign's night
 from __future__ import annotations
 
 import fcntl
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -61,6 +62,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--killpoint-planner-cmd", default=None, metavar="CMD",
                     help="a foreign recovery planner the agent consults (`CMD plan LOG CURRENT.json`, in "
                          "--killpoint-planner-dir); asked for one plan before any item runs")
+    group.addoption("--killpoint-planner-timeout", default=None, metavar="SECONDS",
+                    help="seconds the agent gives the planner command per decision (default: AGENT_PLANNER_TIMEOUT, "
+                         "else 30); recorded with the target")
     group.addoption("--killpoint-planner-dir", default=None, metavar="DIR",
                     help="where the planner command runs (default: where pytest was started for "
                          "--killpoint-planner-cmd, the target file's directory for its planner_command)")
@@ -98,6 +102,8 @@ class _KillpointState:
         self.target_file = config.getoption("killpoint_target")
         self.planner_cmd = config.getoption("killpoint_planner_cmd")
         self.planner_scope = config.getoption("killpoint_planner_scope")
+        # As `chaos` reads it: the option, else the agent's own variable in this environment.
+        self.planner_timeout = config.getoption("killpoint_planner_timeout") or os.environ.get("AGENT_PLANNER_TIMEOUT")
         planner_dir = config.getoption("killpoint_planner_dir")
         # Relative to where pytest was started, like every other path on its command line; so is a command given
         # there (an xdist worker may run elsewhere).
@@ -135,9 +141,14 @@ class _KillpointState:
             from chaos.target import TargetError, resolve_target
 
             try:
+                try:
+                    timeout = float(self.planner_timeout) if self.planner_timeout else None
+                except ValueError:
+                    raise TargetError(f"planner timeout {self.planner_timeout!r}: must be a number of seconds") \
+                        from None
                 self.target = resolve_target(self.target_file, bugs=self.bugs, planner_command=self.planner_cmd,
                                              planner_scope=self.planner_scope, launcher=self.launcher,
-                                             planner_dir=self.planner_dir)
+                                             planner_dir=self.planner_dir, planner_timeout=timeout)
             except TargetError as exc:
                 raise pytest.UsageError("--killpoint-target/--killpoint-agent-bugs: " + "; ".join(exc.messages)) \
                     from None

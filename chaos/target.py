@@ -166,6 +166,9 @@ class Target:
     # Where the planner command runs (absolute): its agents run in each case's workspace, where a command written as
     # `node planner.js` or `python3 -m mypkg.planner` in a project's directory would name nothing.
     planner_dir: str | None = None
+    # Seconds the agent gives the command per decision (AGENT_PLANNER_TIMEOUT; None: the agent's default), recorded
+    # so that a failure found with a short one reproduces with it, whatever the shell that resumes or re-runs it.
+    planner_timeout: float | None = None
     invariants: tuple[str, ...] = INVARIANTS
     effects: str = "witness-file"  # CHAOS_WITNESS: a file outside the workspace its tools append effects to
     model: str = "openai-chat"  # OPENAI_BASE_URL + OPENAI_API_KEY, chat completions
@@ -200,7 +203,9 @@ class Target:
             ident["bugs"] = sorted(self.bugs)
             # The directory only when there is one: a record from before it keys its planner as it did then.
             ident["planner"] = ([self.planner_command, self.planner_scope]
-                                + ([self.planner_dir] if self.planner_dir else []) if self.planner_command else None)
+                                + ([self.planner_dir] if self.planner_dir else [])
+                                + ([self.planner_timeout] if self.planner_timeout else []) if self.planner_command
+                                else None)
         return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
 
     def without_bugs(self) -> Target:
@@ -210,7 +215,7 @@ class Target:
     def correct(self) -> Target:
         """The correct implementation: no switch, no foreign planner — what a crash-free baseline runs, so kill
         points never depend on the implementation under test."""
-        return replace(self, bugs=(), planner_command=None, planner_dir=None)
+        return replace(self, bugs=(), planner_command=None, planner_dir=None, planner_timeout=None)
 
     def with_bugs(self, bugs: Sequence[str]) -> Target:
         return replace(self, bugs=tuple(sorted(dict.fromkeys(bugs))))
@@ -265,6 +270,8 @@ class Target:
             out += ["--planner-cmd", self.planner_command]
             if self.planner_dir:  # where it ran, wherever the line is pasted (a bundle's folder, a CI log)
                 out += ["--planner-dir", self.planner_dir]
+            if self.planner_timeout:
+                out += ["--planner-timeout", f"{self.planner_timeout:g}"]
             if self.planner_scope != "recovery":
                 out += ["--planner-scope", self.planner_scope]
         return out
@@ -307,6 +314,9 @@ class Target:
             env["AGENT_PLANNER_CMD"] = self.planner_command
             env["AGENT_PLANNER_SCOPE"] = self.planner_scope
             env["AGENT_PLANNER_DIR"] = self.planner_dir or ""
+            # The recorded timeout, else the target file's env table's, else the agent's default: never the shell's.
+            env["AGENT_PLANNER_TIMEOUT"] = (str(self.planner_timeout) if self.planner_timeout
+                                            else env.get("AGENT_PLANNER_TIMEOUT", ""))
         else:
             env["AGENT_PLANNER_CMD"] = env["AGENT_PLANNER_DIR"] = ""
         return env
@@ -333,6 +343,7 @@ class Target:
             "launch": {k: list(v) for k, v in self.launch}, "env": dict(self.env), "bugs": list(self.bugs),
             "configuration_flags": self.configuration_flags, "planner_command": self.planner_command,
             "planner_scope": self.planner_scope, "planner_dir": self.planner_dir,
+            "planner_timeout": self.planner_timeout,
             "invariants": list(self.invariants), "effects": self.effects, "model": self.model,
             "settled_exits": list(self.settled_exits), "blocked_exit": self.blocked_exit,
             "locked_exit": self.locked_exit, "source": self.source, "launcher": self.launcher,
@@ -729,11 +740,12 @@ def describe(target: Target, flags: Sequence[str] = (), *, environ: Mapping[str,
 
 def resolve_target(path: str | None = None, *, bugs: str | Sequence[str] = "", planner_command: str | None = None,
                    planner_scope: str | None = None, launcher: str | None = None,
-                   planner_dir: str | None = None) -> Target:
+                   planner_dir: str | None = None, planner_timeout: float | None = None) -> Target:
     """The one place a front end (CLI, pytest plugin, mutants) builds its target: the file (default: the bundled
     agent), then the known-bug switches (checked against what the target offers) and a foreign planner on top.
     A ``planner_command`` given here runs in ``planner_dir``, by default the directory this process runs in (where
-    a shell or a CI job wrote it); ``planner_dir`` alone moves the file's ``planner_command``."""
+    a shell or a CI job wrote it); ``planner_dir`` alone moves the file's ``planner_command``. ``planner_timeout``
+    (seconds) applies to the planner command there is, and like the agent's variable means nothing without one."""
     target = load_target(path) if path else Target()
     if target.probe is not None:
         raise TargetError(f"{path}: a python target (kind = \"python\") is run from a probe scenario's [target] "
@@ -766,6 +778,12 @@ def resolve_target(path: str | None = None, *, bugs: str | Sequence[str] = "", p
             planner_dir = os.getcwd()
         except FileNotFoundError:
             raise TargetError("planner command: the current directory no longer exists (give --planner-dir)") from None
+    if planner_scope is not None and not (planner_command or target.planner_command):
+        raise TargetError("planner scope: given without a planner command")
     if planner_command or planner_scope or planner_dir:
         target = target.with_planner(planner_command or target.planner_command, planner_scope, planner_dir)
+    if planner_timeout is not None and target.planner_command:
+        if not (0 < planner_timeout < float("inf")):
+            raise TargetError(f"planner timeout {planner_timeout!r}: must be a positive number of seconds")
+        target = replace(target, planner_timeout=float(planner_timeout))
     return target

@@ -7,6 +7,7 @@ bundled library grows); the kill-point cache is shared by the module's tests, as
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -149,11 +150,15 @@ class TestResume:
         args = [sys.executable, "-m", "chaos.cli", "campaign", GREETING, "--out", str(tmp_path), "--name", "p",
                 "--cache", cache, "-j", "2"]
         first = subprocess.run([*args, "--planner-cmd", f"{sys.executable} planner.py"], capture_output=True,
-                               text=True, cwd=tmp_path, timeout=300)
+                               text=True, cwd=tmp_path, timeout=300, env={**os.environ, "AGENT_PLANNER_TIMEOUT": "7"})
         assert first.returncode == 0, first.stdout + first.stderr
+        stored = json.loads((tmp_path / "p" / "campaign.json").read_text())["options"]["target"]
+        assert (stored["planner_dir"], stored["planner_timeout"]) == (str(tmp_path), 7.0)  # recorded, not the shell's
         (tmp_path / "planner.py").unlink()
+        # Another AGENT_PLANNER_TIMEOUT in the resuming shell is no flag: the stored one rules, no conflict is said.
         again = subprocess.run([sys.executable, "-m", "chaos.cli", "campaign", "--resume", str(tmp_path / "p")],
-                               capture_output=True, text=True, cwd=REPO, timeout=300)
+                               capture_output=True, text=True, cwd=REPO, timeout=300,
+                               env={**os.environ, "AGENT_PLANNER_TIMEOUT": "9"})
         assert again.returncode == 2, again.stdout + again.stderr
         [line] = again.stderr.splitlines()
         assert line.startswith(f"planner command '{sys.executable} planner.py' (run in {tmp_path}) gave no plan")

@@ -196,6 +196,15 @@ def test_a_planner_command_that_cannot_plan_stops_before_any_case(tmp_path, monk
     assert not (tmp_path / "reports").exists()
 
 
+def test_the_planner_timeout_of_the_environment_bounds_the_question(tmp_path, monkeypatch):
+    """AGENT_PLANNER_TIMEOUT in chaos's environment is --planner-timeout: a planner that hangs is refused after it."""
+    (tmp_path / "hang.py").write_text("import time\ntime.sleep(30)\n")
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["run", str(SCENARIOS / "plain-answer.toml"), "--planner-cmd",
+                                       f"{sys.executable} hang.py"], env={"AGENT_PLANNER_TIMEOUT": "0.5"})
+    assert result.exit_code == 2 and "timed out after 0.5s" in result.output
+
+
 @pytest.mark.parametrize("command", ["campaign", "mutants"])
 def test_campaign_and_mutants_ask_the_planner_first_but_a_list_does_not(tmp_path, monkeypatch, command):
     """`chaos campaign` and `chaos mutants` refuse a planner command that gives no plan before any worker starts

@@ -191,6 +191,12 @@ def test_a_planner_command_that_cannot_plan_is_a_usage_error(project):
     listed = project.runpytest_subprocess("scenarios/tiny.toml", "--collect-only", "--killpoint-planner-cmd",
                                           f"{sys.executable} no-planner.py")
     assert listed.ret == pytest.ExitCode.OK  # nothing runs, nothing is asked
+    hang = project.path / "hang.py"
+    hang.write_text("import time\ntime.sleep(30)\n")
+    slow = project.runpytest_subprocess("scenarios/tiny.toml", "-p", "no:xdist", "--killpoint-planner-cmd",
+                                        f"{sys.executable} {hang}", "--killpoint-planner-timeout", "0.5")
+    assert slow.ret == pytest.ExitCode.USAGE_ERROR
+    slow.stderr.fnmatch_lines(["*timed out after 0.5s*"])
 
 
 def test_a_plugin_run_reuses_a_campaigns_baselines(project, tmp_path):

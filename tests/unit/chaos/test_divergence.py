@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from chaos.divergence import (Divergence, ask_plan, compare, describe_divergence, describe_plan, first_divergence,
-                              telling_line)
+                              planner_timeout, telling_line)
 from chaos.target import Target
 
 CONTRACT = Path(__file__).resolve().parents[3].parent / "shared" / "session-contract"
@@ -120,6 +120,21 @@ class TestAskPlan:
         log, _, current, _ = fixture("finish-idle")
         plan, failure = ask_plan((sys.executable, str(script), "{log}", "{current}"), log, current, {})
         assert plan is None and failure == "no plan (exit 1: Error: Cannot find module 'p.js')"
+
+    def test_output_that_is_not_json_is_shown(self, tmp_path):
+        """A command that prints a debug line before its plan gives no plan, and the line says how stdout began."""
+        script = tmp_path / "p.py"
+        script.write_text("print('debug: planning')\nprint('{\"type\": \"finish\"}')\n")
+        log, _, current, _ = fixture("finish-idle")
+        plan, failure = ask_plan((sys.executable, str(script), "{log}", "{current}"), log, current, {})
+        assert plan is None and failure.startswith("no plan (its output is not JSON: it starts 'debug: planning\\n")
+
+
+def test_the_planner_timeout_is_the_agents():
+    """AGENT_PLANNER_TIMEOUT read as the agent reads it: unset or empty 30 s, a value it would refuse None."""
+    assert planner_timeout({}) == planner_timeout({"AGENT_PLANNER_TIMEOUT": ""}) == 30.0
+    assert planner_timeout({"AGENT_PLANNER_TIMEOUT": "2.5"}) == 2.5
+    assert [planner_timeout({"AGENT_PLANNER_TIMEOUT": v}) for v in ("0", "-1", "inf", "nan", "soon")] == [None] * 5
 
 
 class TestFirstDivergence:

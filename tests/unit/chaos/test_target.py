@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -88,7 +89,16 @@ class TestTarget:
         assert Target().environment() == {"AGENT_BUGS": "", "AGENT_PLANNER_CMD": "", "AGENT_PLANNER_DIR": ""}
         env = Target(bugs=("a", "b")).with_planner("p -m x", "all", "/proj").environment()
         assert env == {"AGENT_BUGS": "a,b", "AGENT_PLANNER_CMD": "p -m x", "AGENT_PLANNER_SCOPE": "all",
-                       "AGENT_PLANNER_DIR": "/proj"}
+                       "AGENT_PLANNER_DIR": "/proj", "AGENT_PLANNER_TIMEOUT": ""}  # "": never the shell's own
+
+    def test_the_planner_timeout_is_the_records(self):
+        """A recorded timeout reaches the agent; else the target file's env table's; the reproduce line names it."""
+        timed = replace(Target().with_planner("p", None, "/proj"), planner_timeout=2.5)
+        assert timed.environment()["AGENT_PLANNER_TIMEOUT"] == "2.5"
+        assert timed.cli_args()[-2:] == ["--planner-timeout", "2.5"]
+        own = Target(env=(("AGENT_PLANNER_TIMEOUT", "9"),)).with_planner("p")
+        assert own.environment()["AGENT_PLANNER_TIMEOUT"] == "9"
+        assert timed.key(with_bugs=True) != Target().with_planner("p", None, "/proj").key(with_bugs=True)
 
     def test_round_trip_records_the_whole_target(self, tmp_path):
         """to_json/from_json keep every field, with this interpreter written as {python}."""
@@ -169,6 +179,18 @@ class TestResolveTarget:
             resolve_target(planner_command="p", planner_dir="nowhere")
         with pytest.raises(TargetError, match="without a planner command"):
             resolve_target(planner_dir=".")
+        with pytest.raises(TargetError, match="planner scope: given without a planner command"):
+            resolve_target(planner_scope="all")
+
+    def test_a_planner_timeout_applies_to_the_command_there_is(self, tmp_path):
+        """--planner-timeout is recorded with a planner command (given or the file's) and, like the agent's
+        variable, means nothing without one; a non-positive one is refused."""
+        assert resolve_target(planner_command="p", planner_timeout=3).planner_timeout == 3.0
+        path = write(tmp_path, 'command = ["x"]\nplanner_command = "p"\n')
+        assert resolve_target(str(path), planner_timeout=4).planner_timeout == 4.0
+        assert resolve_target(planner_timeout=3).planner_timeout is None
+        with pytest.raises(TargetError, match="positive number of seconds"):
+            resolve_target(planner_command="p", planner_timeout=-1)
 
     def test_a_foreign_target_without_switches_refuses_any(self, tmp_path):
         """Asking a target that lists no switch for one is refused, naming the switch."""
