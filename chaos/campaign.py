@@ -334,7 +334,7 @@ def _comparable_option(name: str, value: Any) -> Any:
     if name == "target":
         target = Target.from_json(value)  # its label, and where its planner runs (the same command elsewhere differs)
         where = f" in {target.planner_dir}" if target.planner_command and target.planner_dir else ""
-        within = f" within {target.planner_timeout:g}s" if target.planner_command and target.planner_timeout else ""
+        within = f" within {target.planner_timeout}s" if target.planner_command and target.planner_timeout else ""
         return target.label() + where + within
     return value
 
@@ -1181,6 +1181,8 @@ def _target_problems(target: Target, where: str) -> list[str]:
         ("launch", all(key in tg.LAUNCH_KEYS and (argv or key in tg.OPTIONAL_LAUNCH_KEYS)
                        for key, argv in target.launch), f"argv templates for some of {', '.join(tg.LAUNCH_KEYS)}"),
         ("invariants", set(target.invariants) <= set(INVARIANTS), f"some of {', '.join(INVARIANTS)}"),
+        ("planner_timeout", target.planner_timeout is None or 0 < target.planner_timeout < float("inf"),
+         "a positive number of seconds"),
     ]
     return [f"{where}.{name}: expected {what}" for name, ok, what in checks if not ok]
 

@@ -8,6 +8,7 @@ one clear line per problem and exit code 2.
 from __future__ import annotations
 
 import math
+import os
 
 import click
 
@@ -27,6 +28,7 @@ class _Seconds(click.FloatRange):
 
 
 SECONDS = _Seconds(min=0.1)
+PLANNER_SECONDS = _Seconds(min=0, min_open=True)  # any the agent takes (AGENT_PLANNER_TIMEOUT: above 0, finite)
 
 
 def _save_traceback(exc: BaseException, argv: list[str]) -> str:
@@ -185,10 +187,9 @@ def target_options(f):
     f = click.option("--planner-scope", type=click.Choice(["recovery", "all"]), default=None,
                      help="which plans --planner-cmd decides: the recovery decisions (before the process commits "
                           "anything itself) [default] or every plan")(f)
-    f = click.option("--planner-timeout", "planner_timeout", metavar="SECONDS", type=SECONDS,
-                     envvar="AGENT_PLANNER_TIMEOUT", show_envvar=True,
+    f = click.option("--planner-timeout", "planner_timeout", metavar="SECONDS", type=PLANNER_SECONDS,
                      help="seconds the agent gives the planner command per decision, recorded with the target "
-                          "[default: 30]")(f)
+                          "[default: the target file's AGENT_PLANNER_TIMEOUT, else this environment's, else 30]")(f)
     f = click.option("--planner-dir", "planner_dir", metavar="DIR", type=click.Path(path_type=str),
                      help="where the planner command runs [default: this directory for --planner-cmd, the target "
                           "file's for its planner_command]")(f)
@@ -202,7 +203,7 @@ def target_options(f):
 
 
 def _target_or_exit(target_file, agent_bugs, planner_cmd, planner_scope, launcher=None, *, planner_dir=None,
-                    planner_timeout=None, preflight=True):
+                    planner_timeout=None, preflight=True, resuming=False):
     """The target the options name, its foreign planner command (if any) asked for one plan first unless
     ``preflight`` is false (nothing will run): a command that cannot answer would fail every case alike
     (chaos.preflight). Exit 2 with one line per problem."""
@@ -212,7 +213,9 @@ def _target_or_exit(target_file, agent_bugs, planner_cmd, planner_scope, launche
     try:
         target = resolve_target(target_file, bugs=agent_bugs, planner_command=planner_cmd,
                                 planner_scope=planner_scope, launcher=launcher, planner_dir=planner_dir,
-                                planner_timeout=planner_timeout)
+                                planner_timeout=planner_timeout,
+                                # A resume's record rules: the shell's AGENT_PLANNER_TIMEOUT is no option given.
+                                environ=None if resuming else os.environ)
     except TargetError as exc:
         _fail_usage(exc.messages)
     problem = planner_problem(target) if preflight else None
@@ -718,10 +721,6 @@ def campaign_command(scenarios, mode, depth, faults, seed, case_count, duration,
     context = click.get_current_context()
     explicit = {p for p in context.params if context.get_parameter_source(p) in (
         click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT)}
-    if resume_dir is not None and context.get_parameter_source("planner_timeout") == \
-            click.core.ParameterSource.ENVIRONMENT:
-        # An AGENT_PLANNER_TIMEOUT left in the shell is not a flag typed for this resume: the stored one rules.
-        explicit.discard("planner_timeout")
     if resume_dir is None:
         # Options another one overrides or ignores are refused, not silently dropped (the report would describe a
         # campaign other than the one asked for).
@@ -732,12 +731,20 @@ def campaign_command(scenarios, mode, depth, faults, seed, case_count, duration,
         if mode == "exhaustive" and random_only:
             _campaign_usage([f"{', '.join(random_only)}: random mode only (add --mode random)"])
     target = None
+    if resume_dir is not None and planner_cmd and planner_timeout is None:
+        # The planner typed again on a resume: its stored timeout is part of it (the shell's variable is not).
+        from chaos.target import Target
+
+        try:
+            planner_timeout = Target.from_json(cp.stored_options(resume_dir).target).planner_timeout
+        except cp.CampaignError:
+            pass  # an unusable directory is said below, in one line
     if resume_dir is None or explicit & {"target_file", "agent_config", "agent_bugs", "planner_cmd", "planner_dir",
                                          "planner_timeout", "planner_scope", "launcher"}:
         # On --resume the stored target runs (given options only may not differ from it): that one is asked below.
         target = _target_or_exit(target_file or agent_config, agent_bugs, planner_cmd, planner_scope, launcher,
                                  planner_dir=planner_dir, planner_timeout=planner_timeout,
-                                 preflight=not list_only and resume_dir is None)
+                                 preflight=not list_only and resume_dir is None, resuming=resume_dir is not None)
     try:
         families = list(cp.FAULT_FAMILIES) if faults.strip() == "all" else [
             f.strip() for f in faults.split(",") if f.strip()]
@@ -809,8 +816,9 @@ def campaign_command(scenarios, mode, depth, faults, seed, case_count, duration,
 @click.option("--planner-dir", "planner_dir", metavar="DIR", type=click.Path(path_type=str),
               help="where the planner command runs [default: this directory for --planner-cmd, the target file's "
                    "for its planner_command]")
-@click.option("--planner-timeout", "planner_timeout", metavar="SECONDS", type=SECONDS, envvar="AGENT_PLANNER_TIMEOUT",
-              show_envvar=True, help="seconds the agent gives the planner command per decision [default: 30]")
+@click.option("--planner-timeout", "planner_timeout", metavar="SECONDS", type=PLANNER_SECONDS,
+              help="seconds the agent gives the planner command per decision [default: the target file's "
+                   "AGENT_PLANNER_TIMEOUT, else this environment's, else 30]")
 @click.option("--planner-scope", type=click.Choice(["recovery", "all"]), default=None,
               help="which plans --planner-cmd decides [default: recovery]")
 @click.option("--launcher", type=click.Choice(["zygote", "exec"]), default=None,

@@ -283,7 +283,9 @@ def first_divergence(target: Any, evidence: Any) -> Divergence | None:
         return None
     env = planner_environment(target)
     cwd = target.planner_dir if target.planner_command else None
-    timeout = planner_timeout(env) or PLAN_TIMEOUT  # a refused value: every launch said so already (exit 2)
+    # The agent's bound for a foreign planner command (a refused value: every launch said so already, exit 2); a
+    # target's own `plan` command is no agent's planner: the harness's own bound.
+    timeout = (planner_timeout(env) or PLAN_TIMEOUT) if target.planner_command else PLAN_TIMEOUT
     for n, kill in enumerate(evidence.kills, start=1):
         after = [launch for launch in evidence.launches if launch.index > kill.launch]
         current = after[0].current if after else None

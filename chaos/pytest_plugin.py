@@ -63,8 +63,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="a foreign recovery planner the agent consults (`CMD plan LOG CURRENT.json`, in "
                          "--killpoint-planner-dir); asked for one plan before any item runs")
     group.addoption("--killpoint-planner-timeout", default=None, metavar="SECONDS",
-                    help="seconds the agent gives the planner command per decision (default: AGENT_PLANNER_TIMEOUT, "
-                         "else 30); recorded with the target")
+                    help="seconds the agent gives the planner command per decision, recorded with the target "
+                         "(default: the target file's AGENT_PLANNER_TIMEOUT, else this environment's, else 30)")
     group.addoption("--killpoint-planner-dir", default=None, metavar="DIR",
                     help="where the planner command runs (default: where pytest was started for "
                          "--killpoint-planner-cmd, the target file's directory for its planner_command)")
@@ -102,8 +102,7 @@ class _KillpointState:
         self.target_file = config.getoption("killpoint_target")
         self.planner_cmd = config.getoption("killpoint_planner_cmd")
         self.planner_scope = config.getoption("killpoint_planner_scope")
-        # As `chaos` reads it: the option, else the agent's own variable in this environment.
-        self.planner_timeout = config.getoption("killpoint_planner_timeout") or os.environ.get("AGENT_PLANNER_TIMEOUT")
+        self.planner_timeout = config.getoption("killpoint_planner_timeout")
         planner_dir = config.getoption("killpoint_planner_dir")
         # Relative to where pytest was started, like every other path on its command line; so is a command given
         # there (an xdist worker may run elsewhere).
@@ -144,11 +143,13 @@ class _KillpointState:
                 try:
                     timeout = float(self.planner_timeout) if self.planner_timeout else None
                 except ValueError:
-                    raise TargetError(f"planner timeout {self.planner_timeout!r}: must be a number of seconds") \
-                        from None
+                    raise TargetError(f"--killpoint-planner-timeout {self.planner_timeout!r}: must be a number of "
+                                      "seconds") from None
+                # As `chaos` reads it: the option, else the target file's, else the agent's variable here.
                 self.target = resolve_target(self.target_file, bugs=self.bugs, planner_command=self.planner_cmd,
                                              planner_scope=self.planner_scope, launcher=self.launcher,
-                                             planner_dir=self.planner_dir, planner_timeout=timeout)
+                                             planner_dir=self.planner_dir, planner_timeout=timeout,
+                                             environ=os.environ)
             except TargetError as exc:
                 raise pytest.UsageError("--killpoint-target/--killpoint-agent-bugs: " + "; ".join(exc.messages)) \
                     from None
@@ -197,7 +198,8 @@ def pytest_configure(config: pytest.Config) -> None:
     state = _KillpointState(config)
     config.stash[_STATE] = state
     config.pluginmanager.register(_JunitNames(config), "killpoint-junit-names")
-    if state.bugs or state.target_file or state.planner_cmd or state.planner_dir:
+    if (state.bugs or state.target_file or state.planner_cmd or state.planner_dir or state.planner_scope
+            or state.planner_timeout):
         # Checked now, not at the first case: a typo must not make every case "pass" with the correct agent.
         state.resolve_target()
     if state.explicit:

@@ -271,7 +271,7 @@ class Target:
             if self.planner_dir:  # where it ran, wherever the line is pasted (a bundle's folder, a CI log)
                 out += ["--planner-dir", self.planner_dir]
             if self.planner_timeout:
-                out += ["--planner-timeout", f"{self.planner_timeout:g}"]
+                out += ["--planner-timeout", str(self.planner_timeout)]  # str(float) reads back exactly
             if self.planner_scope != "recovery":
                 out += ["--planner-scope", self.planner_scope]
         return out
@@ -367,6 +367,8 @@ class Target:
             kwargs["probe"] = ProbeProgram.from_json(v["probe"])
         if "preload" in v:
             kwargs["preload"] = tuple(v["preload"] or ())
+        if isinstance(v.get("planner_timeout"), int) and not isinstance(v["planner_timeout"], bool):
+            kwargs["planner_timeout"] = float(v["planner_timeout"])  # JSON's 7 is 7.0: one key, one line
         if "launcher" not in v and (v.get("source") or v.get("config")):
             # A record older than launchers, of a target file: exec, as load_target defaults (never a zygote that
             # would preload the bundled agent for another program).
@@ -740,12 +742,15 @@ def describe(target: Target, flags: Sequence[str] = (), *, environ: Mapping[str,
 
 def resolve_target(path: str | None = None, *, bugs: str | Sequence[str] = "", planner_command: str | None = None,
                    planner_scope: str | None = None, launcher: str | None = None,
-                   planner_dir: str | None = None, planner_timeout: float | None = None) -> Target:
+                   planner_dir: str | None = None, planner_timeout: float | None = None,
+                   environ: Mapping[str, str] | None = None) -> Target:
     """The one place a front end (CLI, pytest plugin, mutants) builds its target: the file (default: the bundled
     agent), then the known-bug switches (checked against what the target offers) and a foreign planner on top.
     A ``planner_command`` given here runs in ``planner_dir``, by default the directory this process runs in (where
-    a shell or a CI job wrote it); ``planner_dir`` alone moves the file's ``planner_command``. ``planner_timeout``
-    (seconds) applies to the planner command there is, and like the agent's variable means nothing without one."""
+    a shell or a CI job wrote it); ``planner_dir`` alone moves the file's ``planner_command``. The planner's timeout
+    (seconds) is recorded: ``planner_timeout`` (a typed flag), else the target file's ``env`` table's, else
+    ``environ``'s ``AGENT_PLANNER_TIMEOUT`` (the shell's, as the agent would read it: not on a resume, whose record
+    rules), else none (the agent's default); like the variable, it is read only when there is a planner command."""
     target = load_target(path) if path else Target()
     if target.probe is not None:
         raise TargetError(f"{path}: a python target (kind = \"python\") is run from a probe scenario's [target] "
@@ -782,8 +787,22 @@ def resolve_target(path: str | None = None, *, bugs: str | Sequence[str] = "", p
         raise TargetError("planner scope: given without a planner command")
     if planner_command or planner_scope or planner_dir:
         target = target.with_planner(planner_command or target.planner_command, planner_scope, planner_dir)
-    if planner_timeout is not None and target.planner_command:
+    if planner_timeout is not None:
+        if not target.planner_command:
+            raise TargetError("planner timeout: given without a planner command")
         if not (0 < planner_timeout < float("inf")):
             raise TargetError(f"planner timeout {planner_timeout!r}: must be a positive number of seconds")
         target = replace(target, planner_timeout=float(planner_timeout))
+    elif target.planner_command and environ and environ.get(TIMEOUT_VAR) and TIMEOUT_VAR not in dict(target.env):
+        text = environ[TIMEOUT_VAR]
+        try:
+            value = float(text)
+        except ValueError:
+            value = -1.0
+        if not (0 < value < float("inf")):  # the agent would refuse it at every launch (exit 2)
+            raise TargetError(f"{TIMEOUT_VAR}={text!r} (in this environment): must be a positive number of seconds")
+        target = replace(target, planner_timeout=value)
     return target
+
+
+TIMEOUT_VAR = "AGENT_PLANNER_TIMEOUT"  # the agent's (agent.planner_cmd), read here only to record it

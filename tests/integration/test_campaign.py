@@ -160,6 +160,11 @@ class TestResume:
                                capture_output=True, text=True, cwd=REPO, timeout=300,
                                env={**os.environ, "AGENT_PLANNER_TIMEOUT": "9"})
         assert again.returncode == 2, again.stdout + again.stderr
+        # The planner typed again where it was given: no conflict, the stored timeout belongs to it.
+        typed = subprocess.run([sys.executable, "-m", "chaos.cli", "campaign", "--resume", str(tmp_path / "p"),
+                                "--planner-cmd", f"{sys.executable} planner.py"], capture_output=True, text=True,
+                               cwd=tmp_path, timeout=300, env={**os.environ, "AGENT_PLANNER_TIMEOUT": "9"})
+        assert typed.returncode == 2 and "gave no plan" in typed.stderr and "cannot change" not in typed.stderr
         [line] = again.stderr.splitlines()
         assert line.startswith(f"planner command '{sys.executable} planner.py' (run in {tmp_path}) gave no plan")
         assert line.endswith("no case was run")

@@ -203,6 +203,12 @@ def test_the_planner_timeout_of_the_environment_bounds_the_question(tmp_path, mo
     result = CliRunner().invoke(main, ["run", str(SCENARIOS / "plain-answer.toml"), "--planner-cmd",
                                        f"{sys.executable} hang.py"], env={"AGENT_PLANNER_TIMEOUT": "0.5"})
     assert result.exit_code == 2 and "timed out after 0.5s" in result.output
+    # Without a planner command the variable means nothing (to the agent either): not even a bad value stops a run.
+    listed = CliRunner().invoke(main, ["campaign", str(SCENARIOS / "plain-answer.toml"), "--list"],
+                                env={"AGENT_PLANNER_TIMEOUT": "soon"})
+    assert listed.exit_code == 0, listed.output
+    typed = invoke("run", str(SCENARIOS / "plain-answer.toml"), "--planner-timeout", "3")
+    assert typed.exit_code == 2 and "planner timeout: given without a planner command" in typed.output
 
 
 @pytest.mark.parametrize("command", ["campaign", "mutants"])

@@ -197,6 +197,9 @@ def test_a_planner_command_that_cannot_plan_is_a_usage_error(project):
                                         f"{sys.executable} {hang}", "--killpoint-planner-timeout", "0.5")
     assert slow.ret == pytest.ExitCode.USAGE_ERROR
     slow.stderr.fnmatch_lines(["*timed out after 0.5s*"])
+    scope = project.runpytest_subprocess("scenarios/tiny.toml", "--killpoint-planner-scope", "all")
+    assert scope.ret == pytest.ExitCode.USAGE_ERROR  # one line at the start, not a collection error
+    scope.stderr.fnmatch_lines(["*planner scope: given without a planner command*"])
 
 
 def test_a_plugin_run_reuses_a_campaigns_baselines(project, tmp_path):

@@ -96,6 +96,9 @@ class TestTarget:
         timed = replace(Target().with_planner("p", None, "/proj"), planner_timeout=2.5)
         assert timed.environment()["AGENT_PLANNER_TIMEOUT"] == "2.5"
         assert timed.cli_args()[-2:] == ["--planner-timeout", "2.5"]
+        exact = replace(timed, planner_timeout=0.1 + 0.2)  # the line reads back the very value, not a rounding
+        assert float(exact.cli_args()[-1]) == exact.planner_timeout
+        assert Target.from_json({**timed.to_json(), "planner_timeout": 7}) == replace(timed, planner_timeout=7.0)
         own = Target(env=(("AGENT_PLANNER_TIMEOUT", "9"),)).with_planner("p")
         assert own.environment()["AGENT_PLANNER_TIMEOUT"] == "9"
         assert timed.key(with_bugs=True) != Target().with_planner("p", None, "/proj").key(with_bugs=True)
@@ -183,14 +186,30 @@ class TestResolveTarget:
             resolve_target(planner_scope="all")
 
     def test_a_planner_timeout_applies_to_the_command_there_is(self, tmp_path):
-        """--planner-timeout is recorded with a planner command (given or the file's) and, like the agent's
-        variable, means nothing without one; a non-positive one is refused."""
+        """--planner-timeout is recorded with a planner command (given or the file's), refused without one or when
+        not positive."""
         assert resolve_target(planner_command="p", planner_timeout=3).planner_timeout == 3.0
         path = write(tmp_path, 'command = ["x"]\nplanner_command = "p"\n')
         assert resolve_target(str(path), planner_timeout=4).planner_timeout == 4.0
-        assert resolve_target(planner_timeout=3).planner_timeout is None
+        with pytest.raises(TargetError, match="planner timeout: given without a planner command"):
+            resolve_target(planner_timeout=3)
         with pytest.raises(TargetError, match="positive number of seconds"):
             resolve_target(planner_command="p", planner_timeout=-1)
+
+    def test_the_environments_planner_timeout_is_recorded_after_the_flag_and_the_file(self, tmp_path):
+        """AGENT_PLANNER_TIMEOUT of the environment is recorded with a planner command, unless a flag or the target
+        file's env table says otherwise; without a planner it is ignored, as the agent ignores it; one the agent
+        would refuse is a line."""
+        env = {"AGENT_PLANNER_TIMEOUT": "7"}
+        assert resolve_target(planner_command="p", environ=env).planner_timeout == 7.0
+        assert resolve_target(planner_command="p", planner_timeout=2, environ=env).planner_timeout == 2.0
+        own = write(tmp_path, 'command = ["x"]\nplanner_command = "p"\nenv = { AGENT_PLANNER_TIMEOUT = "120" }\n')
+        target = resolve_target(str(own), environ=env)
+        assert target.planner_timeout is None and target.environment()["AGENT_PLANNER_TIMEOUT"] == "120"
+        assert resolve_target(environ={"AGENT_PLANNER_TIMEOUT": "soon"}).planner_timeout is None
+        with pytest.raises(TargetError, match="AGENT_PLANNER_TIMEOUT='soon' \\(in this environment\\)"):
+            resolve_target(planner_command="p", environ={"AGENT_PLANNER_TIMEOUT": "soon"})
+        assert resolve_target(planner_command="p").planner_timeout is None  # no environ: a resume's record rules
 
     def test_a_foreign_target_without_switches_refuses_any(self, tmp_path):
         """Asking a target that lists no switch for one is refused, naming the switch."""
