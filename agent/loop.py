@@ -413,31 +413,6 @@ def _load_config(args, environ, *, workspace, model_default=None, provider=None)
         raise ConfigurationError(str(exc)) from None
 
 
-_HEADER_PEEK = 1 << 20  # bytes of a session file's first line read to find its header before the store opens it
-_HEADER_DEFAULTS = ("cwd", "model", "provider")
-
-
-def _peek_header(path: str) -> dict | None:
-    """The header of the session file at ``path`` as far as the configuration's defaults need it (``cwd``,
-    ``model``, ``provider``), read from its first line without opening it for writing; None when it cannot be read
-    so (the store's own open then says why, leaving the file untouched)."""
-    try:
-        with open(path, "rb") as handle:
-            header = json.loads(handle.readline(_HEADER_PEEK))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(header, dict) or not all(isinstance(header.get(k), str) for k in _HEADER_DEFAULTS):
-        return None
-    return header
-
-
-def _session_config(args, environ, header: Mapping):
-    """The configuration of a command on an existing session: the flags, else what the session was created with
-    (a supervisor changes it across a restart on purpose)."""
-    return _load_config(args, environ, workspace=args.workspace or header["cwd"], model_default=header["model"],
-                        provider=header["provider"])
-
-
 def _open_store(args, environ, bugs: frozenset[str], hook):
     """Open (or create) the session; returns (store, config). Nothing is written here but a new header and the
     repair of a torn tail (SPEC §13.5), and neither before the command line has been checked."""
@@ -465,21 +440,19 @@ def _open_store(args, environ, bugs: frozenset[str], hook):
     check_input_file(path)  # missing / directory / not regular: exit 2 before anything is opened
     if os.path.islink(path):
         raise ConfigurationError(f"{path}: is a symbolic link; refusing to follow it")
-    # The flags are checked against the header's defaults *before* the store opens the file: its open truncates a
-    # torn tail (SPEC §13.5), and a command refused for its input must leave the file as it found it.
-    peeked = _peek_header(path)
-    config = _session_config(args, environ, peeked) if peeked is not None else None
+    configs = []
+
+    def configure(header: dict) -> None:
+        # The session's own model and provider are the defaults: `resume FILE` continues the configuration the
+        # session was created with unless a flag changes it (a supervisor changes it across a restart on purpose).
+        # Checked inside the store's open, before its torn-tail repair (SPEC §13.5): a command refused for its
+        # input leaves the file as it found it.
+        configs.append(_load_config(args, environ, workspace=args.workspace or header["cwd"],
+                                    model_default=header["model"], provider=header["provider"]))
+
     # no-torn-tail-repair (BUG switch): open without truncating a torn tail, so the next line is appended after it.
-    store = SessionStore.open(path, hook=hook, repair="no-torn-tail-repair" not in bugs)
-    try:
-        header = store.state["header"]
-        if config is None or any(header[k] != peeked[k] for k in _HEADER_DEFAULTS):
-            # The strict reduction read the header otherwise than the peek (or the peek failed): it decides.
-            config = _session_config(args, environ, header)
-    except BaseException:
-        store.close()
-        raise
-    return store, config
+    store = SessionStore.open(path, hook=hook, repair="no-torn-tail-repair" not in bugs, check=configure)
+    return store, configs[0]
 
 
 def _exit_status(command: str, result: Result) -> int:

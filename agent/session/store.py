@@ -225,10 +225,10 @@ def _read_all(fd: int) -> bytes:
         position += len(chunk)
 
 
-def _reduce_into(data: bytes) -> tuple[Reducer, int, str]:
+def _reduce_into(data: bytes) -> tuple[Reducer, int, dict]:
     """Reduce a whole file into a live Reducer (the loop of reduce_session, keeping the Reducer).
 
-    Returns the reducer, ``repairedLength`` and the header id.
+    Returns the reducer, ``repairedLength`` and the header.
     """
     lines, repaired_length = framing.committed_lines(data)
     reducer = Reducer()
@@ -236,7 +236,7 @@ def _reduce_into(data: bytes) -> tuple[Reducer, int, str]:
     reducer.apply_header(header, 1)
     for number in range(2, len(lines) + 1):
         reducer.apply(framing.parse_line(lines[number - 1], number), number)
-    return reducer, repaired_length, header["id"]
+    return reducer, repaired_length, header
 
 
 class SessionStore:
@@ -310,8 +310,12 @@ class SessionStore:
 
     @classmethod
     def open(cls, path, *, clock: Callable[[], int] | None = None, hook: Hook | None = None,
-             repair: bool = True) -> "SessionStore":
+             repair: bool = True, check: Callable[[dict], None] | None = None) -> "SessionStore":
         """Open an existing session for writing (SPEC §13.5).
+
+        ``check`` is called with the header once the file is locked and reduced, before the torn-tail repair (the
+        first byte this open may change): a caller that refuses its own input for this session (a flag that does
+        not fit it) raises there, and the file is left as it was found, as for a corrupt prefix.
 
         ``repair=False`` skips the torn-tail truncation: it exists only for the ``no-torn-tail-repair`` known-bug
         switch, which lets the harness prove that it notices a writer appending after a torn tail.
@@ -347,11 +351,13 @@ class SessionStore:
             _lock(fd)
             data = _read_all(fd)
             # A corrupt committed prefix raises CorruptionError here, before any byte is changed (SPEC §13.5 3).
-            reducer, repaired_length, session_id = _reduce_into(data)
+            reducer, repaired_length, header = _reduce_into(data)
             named = _name_id(path.name)
-            if named is not None and named != session_id:
+            if named is not None and named != header["id"]:
                 raise SessionFileError(
-                    f"{path}: file name carries session id {named} but the header id is {session_id}")
+                    f"{path}: file name carries session id {named} but the header id is {header['id']}")
+            if check is not None:
+                check(header)
             size = len(data)
             if repair and size > repaired_length:
                 # Torn tail: bytes after the last LF were never acknowledged (a crash cut the write). Truncating
