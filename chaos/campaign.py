@@ -1181,7 +1181,7 @@ def _target_problems(target: Target, where: str) -> list[str]:
         ("launch", all(key in tg.LAUNCH_KEYS and (argv or key in tg.OPTIONAL_LAUNCH_KEYS)
                        for key, argv in target.launch), f"argv templates for some of {', '.join(tg.LAUNCH_KEYS)}"),
         ("invariants", set(target.invariants) <= set(INVARIANTS), f"some of {', '.join(INVARIANTS)}"),
-        ("planner_timeout", target.planner_timeout is None or 0 < target.planner_timeout < float("inf"),
+        ("planner_timeout", target.planner_timeout is None or tg.planner_seconds(target.planner_timeout) is not None,
          "a positive number of seconds"),
     ]
     return [f"{where}.{name}: expected {what}" for name, ok, what in checks if not ok]

@@ -178,6 +178,16 @@ def _output_directory(command: str, flag: str, path: str) -> None:
                      f"{getattr(exc, 'strerror', None) or exc}"])
 
 
+def planner_place_options(f):
+    """``--planner-dir`` and ``--planner-timeout``: where and how long a planner command runs (``chaos.target``)."""
+    f = click.option("--planner-timeout", "planner_timeout", metavar="SECONDS", type=PLANNER_SECONDS,
+                     help="seconds the agent gives the planner command per decision, recorded with the target "
+                          "[default: the target file's AGENT_PLANNER_TIMEOUT, else this environment's, else 30]")(f)
+    return click.option("--planner-dir", "planner_dir", metavar="DIR", type=click.Path(path_type=str),
+                        help="where the planner command runs [default: this directory for --planner-cmd, the target "
+                             "file's for its planner_command]")(f)
+
+
 def target_options(f):
     """``--target``, ``--agent-bugs``, ``--planner-cmd``, ``--planner-dir``, ``--planner-timeout``, ``--planner-scope``
     and ``--launcher``: how every command names the system under test (``chaos.target``)."""
@@ -187,12 +197,7 @@ def target_options(f):
     f = click.option("--planner-scope", type=click.Choice(["recovery", "all"]), default=None,
                      help="which plans --planner-cmd decides: the recovery decisions (before the process commits "
                           "anything itself) [default] or every plan")(f)
-    f = click.option("--planner-timeout", "planner_timeout", metavar="SECONDS", type=PLANNER_SECONDS,
-                     help="seconds the agent gives the planner command per decision, recorded with the target "
-                          "[default: the target file's AGENT_PLANNER_TIMEOUT, else this environment's, else 30]")(f)
-    f = click.option("--planner-dir", "planner_dir", metavar="DIR", type=click.Path(path_type=str),
-                     help="where the planner command runs [default: this directory for --planner-cmd, the target "
-                          "file's for its planner_command]")(f)
+    f = planner_place_options(f)
     f = click.option("--planner-cmd", "planner_cmd", metavar="CMD",
                      help="a foreign recovery planner the agent runs as `CMD plan LOG CURRENT.json` (in "
                           "--planner-dir); asked for one plan before any case (docs/targets.md)")(f)
@@ -207,7 +212,6 @@ def _target_or_exit(target_file, agent_bugs, planner_cmd, planner_scope, launche
     """The target the options name, its foreign planner command (if any) asked for one plan first unless
     ``preflight`` is false (nothing will run): a command that cannot answer would fail every case alike
     (chaos.preflight). Exit 2 with one line per problem."""
-    from chaos.preflight import planner_problem
     from chaos.target import TargetError, resolve_target
 
     try:
@@ -218,10 +222,19 @@ def _target_or_exit(target_file, agent_bugs, planner_cmd, planner_scope, launche
                                 environ=None if resuming else os.environ)
     except TargetError as exc:
         _fail_usage(exc.messages)
-    problem = planner_problem(target) if preflight else None
-    if problem is not None:
-        _fail_usage([f"{problem}; no case was run"])
+    if preflight:
+        _preflight_or_exit(target)
     return target
+
+
+def _preflight_or_exit(target, where: str = "") -> None:
+    """Exit 2 with one line when the target's foreign planner command gives no plan (chaos.preflight): it would
+    fail every case alike. ``where``: what the line names first (a bundle)."""
+    from chaos.preflight import planner_problem
+
+    problem = planner_problem(target)
+    if problem is not None:
+        _fail_usage([f"{where}{problem}; no case was run"])
 
 
 def _load_scenario_or_exit(path: str):
@@ -468,11 +481,7 @@ def repro_command(bundle: str, work: str | None, keep: bool) -> None:
     planner command gives no plan here (it is not part of the bundle).
     """
     loaded = _bundle_or_exit(bundle)
-    from chaos.preflight import planner_problem
-
-    problem = planner_problem(loaded.target)  # the bundle does not carry the planner: is it here too, where it was?
-    if problem is not None:
-        _fail_usage([f"{bundle}: {problem}; no case was run"])
+    _preflight_or_exit(loaded.target, f"{bundle}: ")  # a bundle does not carry the planner: is it here, where it was?
     if work:
         _output_directory("repro", "--work", work)  # once the bundle is usable: a refused repro makes nothing
     import shutil
@@ -772,12 +781,9 @@ def campaign_command(scenarios, mode, depth, faults, seed, case_count, duration,
             if problems:
                 _campaign_usage(problems)
             if not list_only:  # the stored planner command asked again: its script or directory may be gone
-                from chaos.preflight import planner_problem
                 from chaos.target import Target
 
-                problem = planner_problem(Target.from_json(stored.target))
-                if problem is not None:
-                    _campaign_usage([f"{problem}; no case was run"])
+                _preflight_or_exit(Target.from_json(stored.target))
         reporter = cp.RichReporter() if sys.stderr.isatty() and not list_only else cp.Reporter(
             lambda line: click.echo(line, err=True))
         result = cp.run_campaign(options, reporter=reporter, command=["chaos", *sys.argv[1:]], resume=resume_dir,
@@ -813,12 +819,7 @@ def campaign_command(scenarios, mode, depth, faults, seed, case_count, duration,
 @click.option("--planner-cmd", "planner_cmd", metavar="CMD",
               help="a foreign recovery planner the agent consults in every campaign (in --planner-dir); asked for "
                    "one plan before any case (docs/targets.md)")
-@click.option("--planner-dir", "planner_dir", metavar="DIR", type=click.Path(path_type=str),
-              help="where the planner command runs [default: this directory for --planner-cmd, the target file's "
-                   "for its planner_command]")
-@click.option("--planner-timeout", "planner_timeout", metavar="SECONDS", type=PLANNER_SECONDS,
-              help="seconds the agent gives the planner command per decision [default: the target file's "
-                   "AGENT_PLANNER_TIMEOUT, else this environment's, else 30]")
+@planner_place_options
 @click.option("--planner-scope", type=click.Choice(["recovery", "all"]), default=None,
               help="which plans --planner-cmd decides [default: recovery]")
 @click.option("--launcher", type=click.Choice(["zygote", "exec"]), default=None,

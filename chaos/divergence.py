@@ -236,14 +236,9 @@ def planner_timeout(env: Mapping[str, str]) -> float | None:
     """Seconds the agent gives a planner command under ``env`` (its ``AGENT_PLANNER_TIMEOUT``, unset or empty: 30),
     or None where the agent would refuse the value (exit 2 at every launch): the harness asks the command within the
     same bound, so a plan the agent timed out on is not found in the harness's own question."""
-    text = env.get("AGENT_PLANNER_TIMEOUT")
-    if not text:
-        return PLAN_TIMEOUT
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if 0 < value < float("inf") else None
+    from chaos.target import TIMEOUT_VAR, planner_seconds
+
+    return planner_seconds(env[TIMEOUT_VAR]) if env.get(TIMEOUT_VAR) else PLAN_TIMEOUT
 
 
 def ask_plan(argv_template: Sequence[str], log: bytes, current: Mapping, env: Mapping[str, str],

@@ -57,8 +57,6 @@ def planner_problem(target: Any) -> str | None:
     command, where = target.planner_command, target.planner_dir
     if not command:
         return None
-    if not isinstance(command, str) or not (where is None or isinstance(where, str)):  # a hand-edited record
-        return f"planner command {command!r} in {where!r}: not a command line and a directory"
     name = f"planner command {command!r}" + (f" (run in {where})" if where else "")
     if where and not os.path.isdir(where):
         return f"{name}: its directory " + ("does not exist" if not os.path.exists(where) else "is not a directory")

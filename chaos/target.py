@@ -58,6 +58,8 @@ from chaos.errors import ChaosError
 from chaos.oracle import INVARIANTS  # a target may declare the subset of the oracle's invariants that applies
 from chaos.properties import PROPERTIES  # ... and a python target the subset of the probe properties
 
+TIMEOUT_VAR = "AGENT_PLANNER_TIMEOUT"  # the agent's (agent.planner_cmd), read here only to record it
+
 # "contract": writes the session contract (SPEC.md), judged by the oracle; "python": an unmodified Python program run
 # under the injected probe (chaos.probe), judged by the properties (chaos.properties).
 KINDS = ("contract", "python")
@@ -790,19 +792,23 @@ def resolve_target(path: str | None = None, *, bugs: str | Sequence[str] = "", p
     if planner_timeout is not None:
         if not target.planner_command:
             raise TargetError("planner timeout: given without a planner command")
-        if not (0 < planner_timeout < float("inf")):
+        if planner_seconds(planner_timeout) is None:
             raise TargetError(f"planner timeout {planner_timeout!r}: must be a positive number of seconds")
         target = replace(target, planner_timeout=float(planner_timeout))
     elif target.planner_command and environ and environ.get(TIMEOUT_VAR) and TIMEOUT_VAR not in dict(target.env):
-        text = environ[TIMEOUT_VAR]
-        try:
-            value = float(text)
-        except ValueError:
-            value = -1.0
-        if not (0 < value < float("inf")):  # the agent would refuse it at every launch (exit 2)
-            raise TargetError(f"{TIMEOUT_VAR}={text!r} (in this environment): must be a positive number of seconds")
+        value = planner_seconds(environ[TIMEOUT_VAR])
+        if value is None:  # the agent would refuse it at every launch (exit 2)
+            raise TargetError(f"{TIMEOUT_VAR}={environ[TIMEOUT_VAR]!r} (in this environment): must be a positive "
+                              "number of seconds")
         target = replace(target, planner_timeout=value)
     return target
 
 
-TIMEOUT_VAR = "AGENT_PLANNER_TIMEOUT"  # the agent's (agent.planner_cmd), read here only to record it
+def planner_seconds(value: object) -> float | None:
+    """A planner command's timeout as the agent takes it (``AGENT_PLANNER_TIMEOUT``, ``agent.planner_cmd``): a
+    number, or its text, of seconds above 0 and finite; None for anything the agent would refuse."""
+    try:
+        seconds = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return seconds if 0 < seconds < float("inf") else None
