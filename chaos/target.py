@@ -59,6 +59,7 @@ from chaos.oracle import INVARIANTS  # a target may declare the subset of the or
 from chaos.properties import PROPERTIES  # ... and a python target the subset of the probe properties
 
 TIMEOUT_VAR = "AGENT_PLANNER_TIMEOUT"  # the agent's (agent.planner_cmd), read here only to record it
+AGENT_PLANNER_SECONDS = 30.0  # the agent's default for it (agent.planner_cmd.DEFAULT_TIMEOUT; a unit test pins it)
 
 # "contract": writes the session contract (SPEC.md), judged by the oracle; "python": an unmodified Python program run
 # under the injected probe (chaos.probe), judged by the properties (chaos.properties).
@@ -274,6 +275,8 @@ class Target:
                 out += ["--planner-dir", self.planner_dir]
             if self.planner_timeout:
                 out += ["--planner-timeout", str(self.planner_timeout)]  # str(float) reads back exactly
+            elif TIMEOUT_VAR not in dict(self.env):  # the agent's default, said: a shell's own must not replace it
+                out += ["--planner-timeout", str(AGENT_PLANNER_SECONDS)]
             if self.planner_scope != "recovery":
                 out += ["--planner-scope", self.planner_scope]
         return out
@@ -751,8 +754,9 @@ def resolve_target(path: str | None = None, *, bugs: str | Sequence[str] = "", p
     A ``planner_command`` given here runs in ``planner_dir``, by default the directory this process runs in (where
     a shell or a CI job wrote it); ``planner_dir`` alone moves the file's ``planner_command``. The planner's timeout
     (seconds) is recorded: ``planner_timeout`` (a typed flag), else the target file's ``env`` table's, else
-    ``environ``'s ``AGENT_PLANNER_TIMEOUT`` (the shell's, as the agent would read it: not on a resume, whose record
-    rules), else none (the agent's default); like the variable, it is read only when there is a planner command."""
+    ``environ``'s ``AGENT_PLANNER_TIMEOUT`` (the shell's, as the agent would read it), else the agent's default;
+    none without ``environ`` (a resume, whose record rules); like the variable, it is read only when there is a
+    planner command."""
     target = load_target(path) if path else Target()
     if target.probe is not None:
         raise TargetError(f"{path}: a python target (kind = \"python\") is run from a probe scenario's [target] "
@@ -795,8 +799,10 @@ def resolve_target(path: str | None = None, *, bugs: str | Sequence[str] = "", p
         if planner_seconds(planner_timeout) is None:
             raise TargetError(f"planner timeout {planner_timeout!r}: must be a positive number of seconds")
         target = replace(target, planner_timeout=float(planner_timeout))
-    elif target.planner_command and environ and environ.get(TIMEOUT_VAR) and TIMEOUT_VAR not in dict(target.env):
-        value = planner_seconds(environ[TIMEOUT_VAR])
+    elif target.planner_command and environ is not None and TIMEOUT_VAR not in dict(target.env):
+        # The shell's, else the agent's default, recorded: a reproduce line pasted into a shell exporting another
+        # one must not run the planner under that one.
+        value = planner_seconds(environ[TIMEOUT_VAR]) if environ.get(TIMEOUT_VAR) else AGENT_PLANNER_SECONDS
         if value is None:  # the agent would refuse it at every launch (exit 2)
             raise TargetError(f"{TIMEOUT_VAR}={environ[TIMEOUT_VAR]!r} (in this environment): must be a positive "
                               "number of seconds")

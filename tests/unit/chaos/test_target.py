@@ -137,7 +137,22 @@ class TestTarget:
         """cli_args gives the options that rebuild the same target on the command line."""
         target = load_target(write(tmp_path, 'command = ["x"]\n')).with_bugs(["b"]).with_planner("p q", "all")
         assert target.cli_args() == ["--target", target.source, "--agent-bugs", "b", "--planner-cmd", "p q",
-                                     "--planner-scope", "all"]
+                                     "--planner-timeout", "30.0", "--planner-scope", "all"]
+
+    def test_the_agents_default_planner_timeout_is_said_again(self, tmp_path):
+        """With no timeout given anywhere the agent's default is recorded and named in a reproduce line (a shell that
+        exports another must not change a re-run), unless the target file's env table names one."""
+        from agent.planner_cmd import DEFAULT_TIMEOUT
+        from chaos.target import AGENT_PLANNER_SECONDS
+
+        assert AGENT_PLANNER_SECONDS == DEFAULT_TIMEOUT
+        target = resolve_target(None, planner_command="p", planner_dir=str(tmp_path), environ={})
+        assert target.planner_timeout == DEFAULT_TIMEOUT and "--planner-timeout" in target.cli_args()
+        assert resolve_target(None, planner_command="p", planner_dir=str(tmp_path)).planner_timeout is None  # resume
+        own = load_target(write(tmp_path, 'command = ["x"]\nplanner_command = "p"\n'
+                                          '[env]\nAGENT_PLANNER_TIMEOUT = "5"\n'))
+        assert "--planner-timeout" not in own.cli_args()
+        assert resolve_target(own.source, environ={"AGENT_PLANNER_TIMEOUT": "9"}).planner_timeout is None
 
     def test_cli_args_rebuild_where_the_planner_runs(self, tmp_path, monkeypatch):
         """A reproduce line pasted in another directory runs the planner where it ran: it names --planner-dir, and
