@@ -164,18 +164,37 @@ def _fail_usage(lines: list[str]) -> None:
     raise SystemExit(2)
 
 
-def _output_directory(command: str, flag: str, path: str) -> None:
+def _output_directory(command: str, flag: str, path: str) -> list[str]:
     """Exit 2 with one line when ``path`` (an output directory option) exists but is not a directory, or cannot be
-    made: what would otherwise surface mid-run as an internal error (NotADirectoryError, FileExistsError)."""
+    made: what would otherwise surface mid-run as an internal error (NotADirectoryError, FileExistsError). Returns
+    the directories it made, outermost first (``_remove_if_empty``)."""
     import os
 
     if os.path.exists(path) and not os.path.isdir(path):
         _fail_usage([f"chaos {command}: {flag} {path}: exists and is not a directory"])
+    made: list[str] = []
     try:
+        head = os.path.abspath(path)
+        while not os.path.lexists(head):
+            made.insert(0, head)
+            head = os.path.dirname(head)
         os.makedirs(path, exist_ok=True)
     except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
         _fail_usage([f"chaos {command}: {flag} {path}: cannot create the directory: "
                      f"{getattr(exc, 'strerror', None) or exc}"])
+    return made
+
+
+def _remove_if_empty(made: list[str]) -> None:
+    """Remove the directories ``_output_directory`` made that a run left empty (it kept nothing), innermost first:
+    a run that passes leaves no trace in the directory it ran in."""
+    import os
+
+    for directory in reversed(made):
+        try:
+            os.rmdir(directory)
+        except OSError:  # not empty (something was kept there), or already gone
+            return
 
 
 def planner_place_options(f):
@@ -281,7 +300,7 @@ def run_command(scenario: str, kills: tuple[str, ...], target_file, agent_bugs: 
         schedules.append(format_schedule(parsed))
     target = _target_or_exit(target_file, agent_bugs, planner_cmd, planner_scope, launcher, planner_dir=planner_dir,
                              planner_timeout=planner_timeout)
-    _output_directory("run", "--reports", reports_dir)  # once the command line holds: a refused one makes nothing
+    made = _output_directory("run", "--reports", reports_dir)  # once the command line holds: a refused run makes none
 
     import time
     from pathlib import Path
@@ -324,6 +343,7 @@ def run_command(scenario: str, kills: tuple[str, ...], target_file, agent_bugs: 
     out.print(verdict.summary(results))
     if work.exists() and not any(work.iterdir()):
         work.rmdir()
+        _remove_if_empty(made)
     elif work.exists():
         out.print(f"case directories kept under {work}", style="dim")
     raise SystemExit(0 if all(r.ok for r in results) else 1)
@@ -357,7 +377,7 @@ def _run_probe_scenario(loaded, kills: tuple[str, ...], keep: bool, reports_dir:
             _fail_usage([f"--kill {text!r}: {refused[0]}"])
         schedules.append(format_schedule(parsed))
     _require_environment(loaded)
-    _output_directory("run", "--reports", reports_dir)
+    made = _output_directory("run", "--reports", reports_dir)
     out = verdict.console()
     work = Path(reports_dir).resolve() / f"{case_slug(loaded.name)}-{time.strftime('%Y%m%d-%H%M%S')}"
     work.mkdir(parents=True, exist_ok=True)
@@ -402,6 +422,7 @@ def _run_probe_scenario(loaded, kills: tuple[str, ...], keep: bool, reports_dir:
     kept = work.exists() and any(work.iterdir())
     if not kept and work.exists():
         work.rmdir()
+        _remove_if_empty(made)
     out.print(f"{len(todo)} case(s), {failed} did not pass" + (f"; case directories under {work}" if kept else ""))
     raise SystemExit(1 if failed else 0)
 

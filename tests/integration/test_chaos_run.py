@@ -126,13 +126,17 @@ def invoke(*args: str):
 
 
 def test_chaos_run_passes_on_the_correct_agent_and_keeps_nothing(tmp_path):
-    """`chaos run` with one kill prints the baseline and the case as passing, exits 0, keeps no directory."""
+    """`chaos run` with one kill prints the baseline and the case as passing, exits 0, keeps no directory (not even
+    the --reports directories it made, while one that was there stays)."""
     result = invoke("run", str(SCENARIOS / "plain-answer.toml"), "--kill", "stepAttempt@after-sync#1",
-                    "--reports", str(tmp_path))
+                    "--reports", str(tmp_path / "made" / "reports"))
     assert result.exit_code == 0, result.output
     assert "plain-answer (baseline)" in result.output and "plain-answer::stepAttempt@after-sync#1" in result.output
     assert "2 case(s): 2 pass" in result.output
     assert list(tmp_path.iterdir()) == []
+    result = invoke("run", str(SCENARIOS / "plain-answer.toml"), "--kill", "stepAttempt@after-sync#1",
+                    "--reports", str(tmp_path))
+    assert result.exit_code == 0 and tmp_path.is_dir() and list(tmp_path.iterdir()) == [], result.output
 
 
 def test_chaos_run_reports_the_stale_calls_bug_and_keeps_the_failing_case(tmp_path):
