@@ -36,6 +36,7 @@ import datetime
 import hashlib
 import json
 import math
+import os
 import re
 import shlex
 import shutil
@@ -43,7 +44,7 @@ import sys
 import textwrap
 import tomllib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -236,7 +237,9 @@ def _write_repro_sh(dest: Path, data: Mapping[str, Any]) -> None:
         f"# target:     {target_of(data).label()}",
         f"# AGENT_BUGS: {data['environment'].get('AGENT_BUGS') or '(none: the correct agent)'}",
         "# exit 1: the invariant fails again (reproduced); 0: every invariant holds; 3: it fails differently;",
-        "# 2: the bundle or the installation is unusable. Extra arguments go to `chaos repro` (--keep, --work DIR).",
+        "# 2: the bundle or the installation is unusable. Extra arguments go to `chaos repro` (--keep, --work DIR"
+        + (", --planner-dir DIR: where the planner command's files are here)." if target_of(data).planner_command
+           else ")."),
         f"# Equivalent, from this folder: {equivalent_run_command(data)}",
         "set -eu",
         'here="$(cd "$(dirname "$0")" && pwd)"',
@@ -280,6 +283,8 @@ def _readme(data: Mapping[str, Any]) -> str:
         "./repro.sh            # exit 1: fails again; 0: holds; 3: fails differently",
         equivalent_run_command(data) + "   # the same case through `chaos run`",
         "```",
+        *(["", f"The planner command is not part of the bundle: it runs in `{target_of(data).planner_dir}`. Elsewhere, "
+               "say where its files are: `./repro.sh --planner-dir DIR`."] if target_of(data).planner_command else []),
         "",
         "Turn it into a regression scenario that CI runs forever:",
         "",
@@ -344,6 +349,18 @@ class Bundle:
     @property
     def target(self):
         return target_of(self.data)
+
+    def with_planner_dir(self, directory: str) -> Bundle:
+        """This bundle with its foreign planner command run in ``directory``. A bundle names the directory the
+        command ran in where the failure was found (the command is not part of the bundle); on another machine or
+        checkout its files are elsewhere. Raises ``BundleError`` without a planner command or directory."""
+        target = self.target
+        if not target.planner_command:
+            raise BundleError(f"{self.path}: --planner-dir: this bundle's target has no planner command")
+        if not os.path.isdir(directory):
+            raise BundleError(f"--planner-dir {directory}: not a directory")
+        moved = target.with_planner(target.planner_command, None, os.path.abspath(directory))
+        return replace(self, data={**self.data, "target": target_json(moved)})
 
 
 def load_bundle(path: str | Path) -> Bundle:

@@ -1478,9 +1478,11 @@ def probe_lines(result: CampaignResult) -> list[str]:
     return lines
 
 
-def summary_lines(result: CampaignResult, directory: Path | None = None) -> list[str]:
+def summary_lines(result: CampaignResult, directory: Path | None = None,
+                  reproduce: Mapping[str, str] | None = None) -> list[str]:
     """The end-of-campaign summary printed by the CLI: first, for an incomplete campaign, how much did not run and
-    the command that continues it."""
+    the command that continues it. ``reproduce``: a command per failing case id (the report's bundles), printed
+    under the finding its case exemplifies, so the console alone says how to re-run each finding."""
     c = result.cases
     lines = []
     if not result.complete:
@@ -1505,6 +1507,8 @@ def summary_lines(result: CampaignResult, directory: Path | None = None) -> list
                 else f"{g['invariant']} ({g['action']} at {g['fact']})")
         note = " (shrinking cut short: best so far)" if g["example"] in cut_short else ""
         lines.append(f"  FAIL {what} ×{g['count']}: minimal {'+'.join(g['minimal'] or [])}{note}  e.g. {g['example']}")
+        if (reproduce or {}).get(g["example"]):
+            lines.append(f"    reproduce: {reproduce[g['example']]}")
     for f in result.flaky:
         lines.append(f"  FLAKY {f['id']} ({', '.join(f['invariants'])} did not reproduce on re-run)")
     for e in result.errors:

@@ -246,14 +246,14 @@ def _target_or_exit(target_file, agent_bugs, planner_cmd, planner_scope, launche
     return target
 
 
-def _preflight_or_exit(target, where: str = "") -> None:
+def _preflight_or_exit(target, where: str = "", hint: str = "") -> None:
     """Exit 2 with one line when the target's foreign planner command gives no plan (chaos.preflight): it would
-    fail every case alike. ``where``: what the line names first (a bundle)."""
+    fail every case alike. ``where``: what the line names first (a bundle); ``hint``: what it ends with."""
     from chaos.preflight import planner_problem
 
     problem = planner_problem(target)
     if problem is not None:
-        _fail_usage([f"{where}{problem}; no case was run"])
+        _fail_usage([f"{where}{problem}; no case was run{hint}"])
 
 
 def _load_scenario_or_exit(path: str):
@@ -494,15 +494,25 @@ def _bundle_or_exit(path: str):
 @click.option("--work", type=click.Path(path_type=str), default=None,
               help="directory for the re-run's case directories (default: a temporary one)")
 @click.option("--keep", is_flag=True, help="keep the case directories (in --work, or a printed temporary path)")
-def repro_command(bundle: str, work: str | None, keep: bool) -> None:
+@click.option("--planner-dir", "planner_dir", metavar="DIR", type=click.Path(path_type=str),
+              help="where the bundle's planner command runs here [default: the directory it ran in when found]")
+def repro_command(bundle: str, work: str | None, keep: bool, planner_dir: str | None) -> None:
     """Re-run a repro bundle's case (baseline first) and print the verdict.
 
     Exit 1 when a recorded invariant fails again (reproduced), 0 when every invariant holds, 3 when the case now
     fails differently (another invariant, or the baseline), 2 when BUNDLE is not a usable bundle or its foreign
-    planner command gives no plan here (it is not part of the bundle).
+    planner command gives no plan here (it is not part of the bundle: --planner-dir says where it is).
     """
+    from chaos.bundle import BundleError
+
     loaded = _bundle_or_exit(bundle)
-    _preflight_or_exit(loaded.target, f"{bundle}: ")  # a bundle does not carry the planner: is it here, where it was?
+    if planner_dir is not None:
+        try:
+            loaded = loaded.with_planner_dir(planner_dir)
+        except BundleError as exc:
+            _fail_usage([str(exc)])
+    # A bundle does not carry the planner: is it here, where it was?
+    _preflight_or_exit(loaded.target, f"{bundle}: ", "" if planner_dir else " (--planner-dir DIR: where it is here)")
     if work:
         _output_directory("repro", "--work", work)  # once the bundle is usable: a refused repro makes nothing
     import shutil
@@ -554,25 +564,23 @@ def export_command(bundle: str, directory: str, force: bool) -> None:
     click.echo(f"  check:  chaos validate {directory}")
 
 
-def _render_campaign_report(result, directory) -> None:
-    """summary.json, junit.xml, index.html and a repro bundle per failure in the campaign directory.
+def _render_campaign_report(result, directory):
+    """summary.json, junit.xml, index.html and a repro bundle per failure in the campaign directory; returns the
+    ``chaos.report.render.Rendered`` (None when not written) for the summary to print.
 
     A report that cannot be written is one line on stderr: it must not hide the campaign's own exit status.
     """
-    from pathlib import Path
-
     from chaos.errors import ChaosError
     from chaos.report.render import render_result
 
     try:
-        paths, notes = render_result(result, directory)
+        rendered = render_result(result, directory)
     except (ChaosError, OSError) as exc:
         click.echo(f"report: not written: {exc}", err=True)
-        return
-    for note in notes:
+        return None
+    for note in rendered.notes:
         click.echo(f"  note: {note}", err=True)
-    bundles = "; repro bundles under failures/" if (Path(directory) / "failures").is_dir() else ""
-    click.echo(f"  report: {paths['html']} (summary.json, junit.xml{bundles})")
+    return rendered
 
 
 @main.group("report")
@@ -580,11 +588,13 @@ def report_group() -> None:
     """Render campaign reports (summary.json, junit.xml, index.html, repro bundles) and merge shards."""
 
 
-def _print_rendered(paths, notes) -> None:
-    for note in notes:
+def _print_rendered(rendered) -> None:
+    for note in rendered.notes:
         click.echo(f"note: {note}", err=True)
     for kind in ("summary", "junit", "html"):
-        click.echo(f"{kind}: {paths[kind]}")
+        click.echo(f"{kind}: {rendered.paths[kind]}")
+    for case_id, command in rendered.reproduce.items():
+        click.echo(f"reproduce {case_id}: {command}")
 
 
 @report_group.command("render")
@@ -596,12 +606,12 @@ def report_render(directory: str) -> None:
     from chaos.report.render import render_campaign
 
     try:
-        paths, notes = render_campaign(directory)
+        rendered = render_campaign(directory)
     except CampaignError as exc:
         _fail_usage(exc.messages)
     except ChaosError as exc:
         _fail_usage([str(exc)])
-    _print_rendered(paths, notes)
+    _print_rendered(rendered)
 
 
 @report_group.command("merge")
@@ -619,7 +629,7 @@ def report_merge(directories: tuple[str, ...], out: str, force: bool) -> None:
     from chaos.report.render import merge_campaigns
 
     try:
-        result, paths, notes = merge_campaigns(list(directories), out, force=force)
+        result, rendered = merge_campaigns(list(directories), out, force=force)
     except CampaignError as exc:
         _fail_usage(exc.messages)
     except ChaosError as exc:
@@ -628,7 +638,7 @@ def report_merge(directories: tuple[str, ...], out: str, force: bool) -> None:
     click.echo(f"merged {len(directories)} shard(s): {c['done']} case(s), {c['fail']} failed, {c['flaky']} flaky")
     if not result.complete:
         click.echo(f"INCOMPLETE: {result.not_run_text()}")
-    _print_rendered(paths, notes)
+    _print_rendered(rendered)
     raise SystemExit(exit_code(result))
 
 
@@ -817,9 +827,12 @@ def campaign_command(scenarios, mode, depth, faults, seed, case_count, duration,
             click.echo(case_id)
         return
     directory = Path(result.shards[0]) if result.shards else Path(resume_dir or Path(options.out) / result.name)
-    for line in cp.summary_lines(result, directory):
+    rendered = _render_campaign_report(result, directory)  # first: each finding's summary line names its command
+    for line in cp.summary_lines(result, directory, reproduce=rendered.reproduce if rendered else None):
         click.echo(line)
-    _render_campaign_report(result, directory)
+    if rendered is not None:
+        bundles = "; repro bundles under failures/" if (directory / "failures").is_dir() else ""
+        click.echo(f"  report: {rendered.paths['html']} (summary.json, junit.xml{bundles})")
     raise SystemExit(cp.exit_code(result))
 
 

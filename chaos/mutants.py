@@ -401,7 +401,7 @@ def _render(result: cp.CampaignResult, directory: Path, say: Callable[[str], Non
     from chaos.report.render import render_result
 
     try:
-        _, notes = render_result(result, directory)
+        notes = render_result(result, directory).notes
     except (ChaosError, OSError) as exc:
         say(f"  report for {directory.name}: not written: {exc}")
         return

@@ -20,7 +20,7 @@ import json
 import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from chaos.files import read_json
 from chaos.report import EXPECTED, FAIL, CampaignReport, CaseReport, write_reports
@@ -166,8 +166,27 @@ def make_bundles(directory: Path, params: Mapping[str, Any], report: CampaignRep
     return notes
 
 
+class Rendered(NamedTuple):
+    """What rendering a campaign directory wrote: the renderings' paths, one note per failure left without a
+    bundle, and the reproduce command (``reproduce_command``) of each finding's example case — one per failure group
+    of the result, as the console lists findings — by case id."""
+
+    paths: dict[str, Path]
+    notes: list[str]
+    reproduce: dict[str, str]
+
+
+def reproduce_command(directory: Path, case: CaseReport) -> str | None:
+    """The one command that re-runs ``case`` from the directory the report's ``directory`` was named from: its
+    bundle's ``repro.sh`` (the report's own ``repro`` is relative to the report), else the report's line (a probe
+    scenario's ``chaos run``); None when it has neither."""
+    if case.bundle:
+        return f"sh {shlex.quote(str(directory / case.bundle / 'repro.sh'))}"
+    return case.repro
+
+
 def render_result(result: Any, directory: str | Path, params: Mapping[str, Any] | None = None,
-                  *, bundles: bool = True) -> tuple[dict[str, Path], list[str]]:
+                  *, bundles: bool = True) -> Rendered:
     """Bundles (unless ``bundles`` is False) and the three renderings of ``result`` in ``directory``."""
     from chaos.journal import read_campaign
 
@@ -176,10 +195,14 @@ def render_result(result: Any, directory: str | Path, params: Mapping[str, Any] 
     report = campaign_report(result, directory)
     records = {r["id"]: r for r in result.records}
     notes = make_bundles(directory, params, report, records) if bundles else []
-    return write_reports(report, directory), notes
+    paths = write_reports(report, directory)
+    cases = {case.id: case for case in report.cases}
+    examples = [g["example"] for g in result.failures if g.get("example") in cases]
+    reproduce = {cid: command for cid in examples if (command := reproduce_command(directory, cases[cid]))}
+    return Rendered(paths, notes, reproduce)
 
 
-def render_campaign(directory: str | Path) -> tuple[dict[str, Path], list[str]]:
+def render_campaign(directory: str | Path) -> Rendered:
     """``chaos report render DIR``: rebuild the result from the journal and (re)write bundles and renderings."""
     from chaos.campaign import build_result, stored_result
     from chaos.journal import JOURNAL, read_campaign, read_journal
@@ -194,7 +217,7 @@ def render_campaign(directory: str | Path) -> tuple[dict[str, Path], list[str]]:
 
 
 def merge_campaigns(dirs: Sequence[str | Path], out: str | Path, *,
-                    force: bool = False) -> tuple[Any, dict[str, Path], list[str]]:
+                    force: bool = False) -> tuple[Any, Rendered]:
     """``chaos report merge DIR… --out OUT``: join the shards' journals into OUT, then render OUT.
 
     Bundles are written from each shard's kept case directories (the merged journal's paths are relative to the
@@ -218,5 +241,4 @@ def merge_campaigns(dirs: Sequence[str | Path], out: str | Path, *,
         for key in ("case_dir", "minimal_case_dir"):
             if shard is not None and record.get(key):
                 record[key] = str((shard / record[key]).resolve())
-    paths, notes = render_result(result, out, params)
-    return result, paths, notes
+    return result, render_result(result, out, params)

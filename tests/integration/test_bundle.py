@@ -122,7 +122,30 @@ def test_chaos_repro_asks_the_bundles_planner_command_first(bundle: Path, tmp_pa
     proc = chaos("repro", str(copy))
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.splitlines() == [f"{copy}: planner command 'python3 planner.py' (run in {gone}): its directory "
-                                        "does not exist; no case was run"]
+                                        "does not exist; no case was run (--planner-dir DIR: where it is here)"]
+    # --planner-dir says where the command's files are on this machine: the case runs (and fails again)
+    here = tmp_path / "here"
+    here.mkdir()
+    (here / "planner.py").write_text("import runpy, sys\nsys.argv = ['agent', *sys.argv[1:]]\n"
+                                     "runpy.run_module('agent', run_name='__main__')\n")
+    proc = chaos("repro", str(copy), "--planner-dir", str(here))
+    assert proc.returncode == 1 and "REPRODUCED" in proc.stdout, proc.stdout + proc.stderr
+    assert f"in {here})" in proc.stdout  # the agent's own line: the command ran where it was pointed
+
+
+def test_chaos_repro_planner_dir_needs_a_planner_and_a_directory(bundle: Path, tmp_path: Path):
+    """--planner-dir on a bundle without a planner command, or naming no directory, is one line and exit 2."""
+    proc = chaos("repro", str(bundle), "--planner-dir", str(tmp_path))
+    assert proc.returncode == 2 and proc.stderr.splitlines() == [
+        f"{bundle}: --planner-dir: this bundle's target has no planner command"], proc.stderr
+    copy = tmp_path / "bundle"
+    shutil.copytree(bundle, copy)
+    data = json.loads((copy / "bundle.json").read_text())
+    data["target"].update(planner_command="python3 planner.py", planner_dir=str(tmp_path))
+    (copy / "bundle.json").write_text(json.dumps(data))
+    proc = chaos("repro", str(copy), "--planner-dir", str(tmp_path / "nowhere"))
+    assert proc.returncode == 2 and proc.stderr.splitlines() == [
+        f"--planner-dir {tmp_path / 'nowhere'}: not a directory"], proc.stderr
 
 
 def test_export_is_valid_and_fails_only_under_the_bug(bundle: Path, tmp_path: Path):
@@ -166,6 +189,20 @@ def test_bad_paths_give_one_line(tmp_path: Path):
         assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
 
 
+def test_campaign_console_names_each_findings_command(tmp_path: Path):
+    """`chaos campaign` prints, under each finding, the one command that re-runs it, and that command reproduces it."""
+    proc = chaos("campaign", str(SCENARIO), "--agent-bugs", BUG, "--shard", "14/16", "--out", "reports",
+                 "--name", "c", "-j", "1", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("  FAIL ") and line.endswith(f"::{KILL}"))
+    assert lines[at + 1].startswith("    reproduce: sh reports/c/failures/"), lines[at:at + 2]
+    command = lines[at + 1].removeprefix("    reproduce: ")
+    again = subprocess.run(command, shell=True, capture_output=True, text=True, cwd=tmp_path, timeout=TIMEOUT,
+                           env={**os.environ, "AGENT_BUGS": ""})
+    assert again.returncode == 1 and "REPRODUCED" in again.stdout, again.stdout + again.stderr
+
+
 def _campaign(out: Path, shard: str) -> Path:
     from chaos.campaign import CampaignOptions, run_campaign
 
@@ -195,6 +232,9 @@ def test_campaign_render_and_merge_with_bundles(tmp_path: Path):
 
     proc = chaos("report", "render", str(first))
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    # one reproduce command per finding, from where chaos ran: the bundle's repro.sh (run below)
+    assert (f"reproduce read-then-answer::{KILL}: sh {first}/failures/read-then-answer_assistant_after-sync_2/"
+            "repro.sh") in proc.stdout.splitlines()
     summary = json.loads((first / "summary.json").read_text())
     assert summary["cases"]["failed"] == 1 and summary["failures"]["byInvariant"].get("converges") == 1
     (case,) = summary["failures"]["cases"]
@@ -221,5 +261,6 @@ def test_campaign_render_and_merge_with_bundles(tmp_path: Path):
     assert f"read-then-answer::{KILL}" in [e["case"] for e in summary["failures"]["cases"]]
     for entry in summary["failures"]["cases"]:
         assert (merged / entry["bundle"] / "repro.sh").is_file()
+    assert f"reproduce read-then-answer::{KILL}: sh {merged}/failures/" in proc.stdout
     junit = (merged / "junit.xml").read_text()
     assert junit.count("<testcase ") == 2 and junit.count("<failure ") == failed

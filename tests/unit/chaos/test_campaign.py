@@ -133,6 +133,17 @@ class TestResult:
         assert "FAIL outcome (kill at toolStarted) ×2" in text and "FLAKY s::llm(drop)@1.1" in text
         assert "toolStarted@after-sync: 2/2 reached" in text
 
+    def test_summary_lines_put_each_findings_command_under_it(self):
+        """A reproduce command given for a finding's example case is printed right under that finding's line."""
+        result = build_result(PARAMS, self.records(), duration=1.0)
+        example = result.failures[0]["example"]
+        lines = summary_lines(result, reproduce={example: "sh r/failures/x/repro.sh", "s::other": "nope"})
+        at = next(i for i, line in enumerate(lines) if line.startswith("  FAIL ") and line.endswith(example))
+        assert lines[at + 1] == "    reproduce: sh r/failures/x/repro.sh"
+        groups = sum(g["example"] == example for g in result.failures)  # one case may exemplify two findings
+        assert sum("reproduce:" in line for line in lines) == groups
+        assert not any("reproduce:" in line for line in summary_lines(result, reproduce={"s::other": "nope"}))
+
 
 class TestMerge:
     def write(self, directory, records, plan, shard):
