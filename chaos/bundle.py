@@ -254,6 +254,16 @@ def _write_repro_sh(dest: Path, data: Mapping[str, Any]) -> None:
     path.chmod(0o755)
 
 
+def _planner_note(target: Any) -> list[str]:
+    """The README's lines on a foreign planner command: the bundle records where it ran, not its files."""
+    if not target.planner_command:
+        return []
+    where = (f"it ran in `{target.planner_dir}`" if target.planner_dir
+             else "it ran in each case's workspace (recorded before chaos named a directory)")
+    return ["", f"The planner command is not part of the bundle: {where}. Elsewhere, say where its files are: "
+                "`./repro.sh --planner-dir DIR`."]
+
+
 def _readme(data: Mapping[str, Any]) -> str:
     from chaos.report.summary import git_of
 
@@ -283,8 +293,7 @@ def _readme(data: Mapping[str, Any]) -> str:
         "./repro.sh            # exit 1: fails again; 0: holds; 3: fails differently",
         equivalent_run_command(data) + "   # the same case through `chaos run`",
         "```",
-        *(["", f"The planner command is not part of the bundle: it runs in `{target_of(data).planner_dir}`. Elsewhere, "
-               "say where its files are: `./repro.sh --planner-dir DIR`."] if target_of(data).planner_command else []),
+        *_planner_note(target_of(data)),
         "",
         "Turn it into a regression scenario that CI runs forever:",
         "",
@@ -358,7 +367,7 @@ class Bundle:
         if not target.planner_command:
             raise BundleError(f"{self.path}: --planner-dir: this bundle's target has no planner command")
         if not os.path.isdir(directory):
-            raise BundleError(f"--planner-dir {directory}: not a directory")
+            raise BundleError(f"{self.path}: --planner-dir {directory}: not a directory")
         moved = target.with_planner(target.planner_command, None, os.path.abspath(directory))
         return replace(self, data={**self.data, "target": target_json(moved)})
 

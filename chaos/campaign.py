@@ -334,7 +334,8 @@ def _comparable_option(name: str, value: Any) -> Any:
     if name == "target":
         target = Target.from_json(value)  # its label, and where its planner runs (the same command elsewhere differs)
         where = f" in {target.planner_dir}" if target.planner_command and target.planner_dir else ""
-        within = f" within {target.planner_timeout}s" if target.planner_command and target.planner_timeout else ""
+        chosen = target.chosen_planner_timeout()
+        within = f" within {chosen}s" if target.planner_command and chosen else ""
         return target.label() + where + within
     return value
 

@@ -174,9 +174,10 @@ def _output_directory(command: str, flag: str, path: str) -> list[str]:
         _fail_usage([f"chaos {command}: {flag} {path}: exists and is not a directory"])
     made: list[str] = []
     try:
-        head = os.path.abspath(path)
-        while not os.path.lexists(head):
-            made.insert(0, head)
+        head = path.rstrip(os.sep) or path
+        while head and not os.path.lexists(head):  # the path as makedirs walks it: `a/../b` makes `a` too
+            if os.path.basename(head) not in (os.curdir, os.pardir):
+                made.insert(0, head)
             head = os.path.dirname(head)
         os.makedirs(path, exist_ok=True)
     except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
@@ -827,9 +828,12 @@ def campaign_command(scenarios, mode, depth, faults, seed, case_count, duration,
             click.echo(case_id)
         return
     directory = Path(result.shards[0]) if result.shards else Path(resume_dir or Path(options.out) / result.name)
-    rendered = _render_campaign_report(result, directory)  # first: each finding's summary line names its command
-    for line in cp.summary_lines(result, directory, reproduce=rendered.reproduce if rendered else None):
-        click.echo(line)
+    rendered = None
+    try:
+        rendered = _render_campaign_report(result, directory)  # first: each finding's summary line names its command
+    finally:  # whatever rendering does, the campaign's summary is printed
+        for line in cp.summary_lines(result, directory, reproduce=rendered.reproduce if rendered else None):
+            click.echo(line)
     if rendered is not None:
         bundles = "; repro bundles under failures/" if (directory / "failures").is_dir() else ""
         click.echo(f"  report: {rendered.paths['html']} (summary.json, junit.xml{bundles})")

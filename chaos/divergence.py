@@ -33,7 +33,7 @@ from typing import Any
 
 from chaos.process import run_bounded
 
-PLAN_TIMEOUT = 30.0  # seconds for one `plan` of the implementation
+PLAN_TIMEOUT = 30.0  # seconds for one `plan` of a target's own plan template (a planner command: the agent's bound)
 # The CurrentConfiguration members of SPEC §8.7 (the harness's copy also carries `snapshot`, which `plan` refuses).
 CURRENT_KEYS = ("configurationDigest", "environmentIdentity", "tools")
 
@@ -236,9 +236,9 @@ def planner_timeout(env: Mapping[str, str]) -> float | None:
     """Seconds the agent gives a planner command under ``env`` (its ``AGENT_PLANNER_TIMEOUT``, unset or empty: 30),
     or None where the agent would refuse the value (exit 2 at every launch): the harness asks the command within the
     same bound, so a plan the agent timed out on is not found in the harness's own question."""
-    from chaos.target import TIMEOUT_VAR, planner_seconds
+    from chaos.target import AGENT_PLANNER_SECONDS, TIMEOUT_VAR, planner_seconds
 
-    return planner_seconds(env[TIMEOUT_VAR]) if env.get(TIMEOUT_VAR) else PLAN_TIMEOUT
+    return planner_seconds(env[TIMEOUT_VAR]) if env.get(TIMEOUT_VAR) else AGENT_PLANNER_SECONDS
 
 
 def ask_plan(argv_template: Sequence[str], log: bytes, current: Mapping, env: Mapping[str, str],

@@ -207,9 +207,14 @@ class Target:
             # The directory only when there is one: a record from before it keys its planner as it did then.
             ident["planner"] = ([self.planner_command, self.planner_scope]
                                 + ([self.planner_dir] if self.planner_dir else [])
-                                + ([self.planner_timeout] if self.planner_timeout else []) if self.planner_command
-                                else None)
+                                + ([self.chosen_planner_timeout()] if self.chosen_planner_timeout() else [])
+                                if self.planner_command else None)
         return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
+
+    def chosen_planner_timeout(self) -> float | None:
+        """The planner command's timeout this target chose, None for the agent's default: recorded as 30 (a line
+        that says it, ``cli_args``) or not at all, it is the same run, so keys and a resume's check agree."""
+        return self.planner_timeout if self.planner_timeout != AGENT_PLANNER_SECONDS else None
 
     def without_bugs(self) -> Target:
         """This target with no known-bug switch enabled."""
@@ -273,10 +278,10 @@ class Target:
             out += ["--planner-cmd", self.planner_command]
             if self.planner_dir:  # where it ran, wherever the line is pasted (a bundle's folder, a CI log)
                 out += ["--planner-dir", self.planner_dir]
-            if self.planner_timeout:
-                out += ["--planner-timeout", str(self.planner_timeout)]  # str(float) reads back exactly
-            elif TIMEOUT_VAR not in dict(self.env):  # the agent's default, said: a shell's own must not replace it
-                out += ["--planner-timeout", str(AGENT_PLANNER_SECONDS)]
+            if self.planner_timeout or TIMEOUT_VAR not in dict(self.env):
+                # Said also when it is the agent's default: a line pasted into a shell that exports another
+                # AGENT_PLANNER_TIMEOUT must not run the planner under that one. str(float) reads back exactly.
+                out += ["--planner-timeout", str(self.planner_timeout or AGENT_PLANNER_SECONDS)]
             if self.planner_scope != "recovery":
                 out += ["--planner-scope", self.planner_scope]
         return out
@@ -754,9 +759,9 @@ def resolve_target(path: str | None = None, *, bugs: str | Sequence[str] = "", p
     A ``planner_command`` given here runs in ``planner_dir``, by default the directory this process runs in (where
     a shell or a CI job wrote it); ``planner_dir`` alone moves the file's ``planner_command``. The planner's timeout
     (seconds) is recorded: ``planner_timeout`` (a typed flag), else the target file's ``env`` table's, else
-    ``environ``'s ``AGENT_PLANNER_TIMEOUT`` (the shell's, as the agent would read it), else the agent's default;
-    none without ``environ`` (a resume, whose record rules); like the variable, it is read only when there is a
-    planner command."""
+    ``environ``'s ``AGENT_PLANNER_TIMEOUT`` (the shell's, as the agent would read it: not on a resume, whose record
+    rules), else none (the agent's default, which reproduce lines say: ``Target.cli_args``); like the variable, it
+    is read only when there is a planner command."""
     target = load_target(path) if path else Target()
     if target.probe is not None:
         raise TargetError(f"{path}: a python target (kind = \"python\") is run from a probe scenario's [target] "
@@ -799,10 +804,8 @@ def resolve_target(path: str | None = None, *, bugs: str | Sequence[str] = "", p
         if planner_seconds(planner_timeout) is None:
             raise TargetError(f"planner timeout {planner_timeout!r}: must be a positive number of seconds")
         target = replace(target, planner_timeout=float(planner_timeout))
-    elif target.planner_command and environ is not None and TIMEOUT_VAR not in dict(target.env):
-        # The shell's, else the agent's default, recorded: a reproduce line pasted into a shell exporting another
-        # one must not run the planner under that one.
-        value = planner_seconds(environ[TIMEOUT_VAR]) if environ.get(TIMEOUT_VAR) else AGENT_PLANNER_SECONDS
+    elif target.planner_command and environ and environ.get(TIMEOUT_VAR) and TIMEOUT_VAR not in dict(target.env):
+        value = planner_seconds(environ[TIMEOUT_VAR])
         if value is None:  # the agent would refuse it at every launch (exit 2)
             raise TargetError(f"{TIMEOUT_VAR}={environ[TIMEOUT_VAR]!r} (in this environment): must be a positive "
                               "number of seconds")

@@ -145,7 +145,7 @@ def test_chaos_repro_planner_dir_needs_a_planner_and_a_directory(bundle: Path, t
     (copy / "bundle.json").write_text(json.dumps(data))
     proc = chaos("repro", str(copy), "--planner-dir", str(tmp_path / "nowhere"))
     assert proc.returncode == 2 and proc.stderr.splitlines() == [
-        f"--planner-dir {tmp_path / 'nowhere'}: not a directory"], proc.stderr
+        f"{copy}: --planner-dir {tmp_path / 'nowhere'}: not a directory"], proc.stderr
 
 
 def test_export_is_valid_and_fails_only_under_the_bug(bundle: Path, tmp_path: Path):

@@ -140,15 +140,25 @@ class TestTarget:
                                      "--planner-timeout", "30.0", "--planner-scope", "all"]
 
     def test_the_agents_default_planner_timeout_is_said_again(self, tmp_path):
-        """With no timeout given anywhere the agent's default is recorded and named in a reproduce line (a shell that
-        exports another must not change a re-run), unless the target file's env table names one."""
+        """A reproduce line names the agent's default timeout when none was chosen (a shell that exports another
+        must not change a re-run), unless the target file's env table names one; said or not, it is one target."""
         from agent.planner_cmd import DEFAULT_TIMEOUT
+        from chaos.campaign import CampaignOptions, resume_conflicts
         from chaos.target import AGENT_PLANNER_SECONDS
+
+        def conflicts(stored, given):  # a --resume typing --planner-timeout again
+            return resume_conflicts(CampaignOptions(target=stored.to_json()), CampaignOptions(target=given.to_json()),
+                                    ["planner_timeout"])
 
         assert AGENT_PLANNER_SECONDS == DEFAULT_TIMEOUT
         target = resolve_target(None, planner_command="p", planner_dir=str(tmp_path), environ={})
-        assert target.planner_timeout == DEFAULT_TIMEOUT and "--planner-timeout" in target.cli_args()
-        assert resolve_target(None, planner_command="p", planner_dir=str(tmp_path)).planner_timeout is None  # resume
+        assert target.planner_timeout is None and target.cli_args()[-2:] == ["--planner-timeout", "30.0"]
+        again = resolve_target(None, planner_command="p", planner_dir=str(tmp_path), planner_timeout=30.0)
+        assert again.key(with_bugs=True) == target.key(with_bugs=True)
+        assert conflicts(target, again) == []
+        other = resolve_target(None, planner_command="p", planner_dir=str(tmp_path), planner_timeout=5.0)
+        assert other.key(with_bugs=True) != target.key(with_bugs=True)
+        assert conflicts(target, other) != []
         own = load_target(write(tmp_path, 'command = ["x"]\nplanner_command = "p"\n'
                                           '[env]\nAGENT_PLANNER_TIMEOUT = "5"\n'))
         assert "--planner-timeout" not in own.cli_args()
