@@ -125,7 +125,7 @@ def invoke(*args: str):
     return CliRunner().invoke(main, list(args), catch_exceptions=False)
 
 
-def test_chaos_run_passes_on_the_correct_agent_and_keeps_nothing(tmp_path):
+def test_chaos_run_passes_on_the_correct_agent_and_keeps_nothing(tmp_path, monkeypatch):
     """`chaos run` with one kill prints the baseline and the case as passing, exits 0, keeps no directory (not even
     the --reports directories it made, while one that was there stays)."""
     result = invoke("run", str(SCENARIOS / "plain-answer.toml"), "--kill", "stepAttempt@after-sync#1",
@@ -137,6 +137,10 @@ def test_chaos_run_passes_on_the_correct_agent_and_keeps_nothing(tmp_path):
     result = invoke("run", str(SCENARIOS / "plain-answer.toml"), "--kill", "stepAttempt@after-sync#1",
                     "--reports", str(tmp_path))
     assert result.exit_code == 0 and tmp_path.is_dir() and list(tmp_path.iterdir()) == [], result.output
+    monkeypatch.chdir(tmp_path)  # a path with `..` makes `a` too: it goes as well
+    result = invoke("run", str(SCENARIOS / "plain-answer.toml"), "--kill", "stepAttempt@after-sync#1",
+                    "--reports", "a/../b/c")
+    assert result.exit_code == 0 and list(tmp_path.iterdir()) == [], result.output
 
 
 def test_chaos_run_reports_the_stale_calls_bug_and_keeps_the_failing_case(tmp_path):
