@@ -291,7 +291,7 @@ def _readme(data: Mapping[str, Any]) -> str:
         "",
         "```sh",
         "./repro.sh            # exit 1: fails again; 0: holds; 3: fails differently",
-        equivalent_run_command(data) + "   # the same case through `chaos run`",
+        equivalent_run_command(data) + "   # the same case through `chaos run` (it keeps a failing case in ./reports)",
         "```",
         *_planner_note(target_of(data)),
         "",

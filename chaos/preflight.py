@@ -27,6 +27,7 @@ from typing import Any
 
 from agent.session.plan_shape import plan_problem
 from chaos.divergence import ask_plan, planner_environment, planner_timeout
+from chaos.target import AGENT_PLANNER_SECONDS
 
 # A session whose first run has just started: the header, then the user message and runStarted in one transaction.
 # The reference planner's answer is P2's `startStep assistant` (tests/unit/chaos/test_preflight.py checks it).
@@ -75,4 +76,8 @@ def planner_problem(target: Any) -> str | None:
         failure = f"an answer that is not a plan ({problem})" if problem is not None else None
     if failure is None:
         return None
-    return f"{name} gave {failure} for a run that has just started (SPEC §14.4 P2)"
+    bound = ""
+    if "timed out after" in failure:  # ask_plan's words for a timeout: say where the bound came from
+        bound = (f"; the bound of {timeout:g} s is --planner-timeout, else the target file's or this environment's "
+                 f"AGENT_PLANNER_TIMEOUT, else the agent's {AGENT_PLANNER_SECONDS:g} s")
+    return f"{name} gave {failure} for a run that has just started (SPEC §14.4 P2){bound}"

@@ -786,8 +786,10 @@ def resolve_target(path: str | None = None, *, bugs: str | Sequence[str] = "", p
     if planner_dir is not None:
         if not (planner_command or target.planner_command):
             raise TargetError("planner directory: given without a planner command")
-        if not os.path.isdir(planner_dir):
-            raise TargetError(f"planner directory {planner_dir!r}: not a directory")
+        if not os.path.isdir(planner_dir):  # (a reproduce line's directory on another machine, say)
+            raise TargetError(f"planner directory {planner_dir!r}: " + (
+                "is not a directory" if os.path.exists(planner_dir) else "does not exist (--planner-dir DIR: where "
+                "the planner command's files are here)"))
         planner_dir = os.path.abspath(planner_dir)
     elif planner_command:
         try:

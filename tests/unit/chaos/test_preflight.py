@@ -115,6 +115,8 @@ def test_the_agents_planner_timeout_applies(tmp_path):
                                                                          str(tmp_path))
     problem = planner_problem(slow)
     assert problem is not None and "timed out after 0.5s" in problem
+    assert problem.endswith("; the bound of 0.5 s is --planner-timeout, else the target file's or this environment's "
+                            "AGENT_PLANNER_TIMEOUT, else the agent's 30 s")  # where a forgotten export shows
     bad = Target(env=(("AGENT_PLANNER_TIMEOUT", "soon"),)).with_planner("p", None, str(tmp_path))
     assert planner_problem(bad).endswith("AGENT_PLANNER_TIMEOUT='soon' is not a positive number of seconds")
 

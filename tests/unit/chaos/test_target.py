@@ -203,8 +203,10 @@ class TestResolveTarget:
         assert resolve_target(str(path), planner_command="q").planner_dir == os.getcwd()
         # --planner-dir: relative to here, made absolute; it must be a directory and needs a command to move.
         assert resolve_target(str(path), planner_dir="t").planner_dir == str(sub.resolve())
-        with pytest.raises(TargetError, match="not a directory"):
-            resolve_target(planner_command="p", planner_dir="nowhere")
+        with pytest.raises(TargetError, match=r"'nowhere': does not exist \(--planner-dir DIR: where"):
+            resolve_target(planner_command="p", planner_dir="nowhere")  # a pasted line's directory, elsewhere
+        with pytest.raises(TargetError, match="is not a directory"):
+            resolve_target(planner_command="p", planner_dir=str(path))
         with pytest.raises(TargetError, match="without a planner command"):
             resolve_target(planner_dir=".")
         with pytest.raises(TargetError, match="planner scope: given without a planner command"):
