@@ -131,6 +131,7 @@ def test_chaos_repro_asks_the_bundles_planner_command_first(bundle: Path, tmp_pa
     proc = chaos("repro", str(copy), "--planner-dir", str(here))
     assert proc.returncode == 1 and "REPRODUCED" in proc.stdout, proc.stdout + proc.stderr
     assert f"in {here})" in proc.stdout  # the agent's own line: the command ran where it was pointed
+    assert f"\nplanner command runs in {here}, within 30 s\n" in proc.stdout  # said before the case runs
 
 
 def test_chaos_repro_planner_dir_needs_a_planner_and_a_directory(bundle: Path, tmp_path: Path):
