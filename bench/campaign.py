@@ -12,8 +12,8 @@ TCP_NODELAY, the agent's bytecode caches); only the launcher differs. Printed:
 - cases/s per launcher (kill cases over their summed wall time) and the ratio zygote/exec (the target: ≥ 10×,
   goal 20×);
 - per case, mean milliseconds of each phase of ``chaos.case.execute_case``: set-up (directories, server route),
-  supervisor (launches, barriers, kills, restarts), probes (the two convergence resumes), oracle (evidence and every
-  invariant), tear-down;
+  supervisor (launches, barriers, kills, restarts), probes (the convergence resume; a second only when the first
+  changed the log), oracle (evidence and every invariant), tear-down;
 - inside the supervisor: launch → first barrier, each model request (``stepAttempt`` after-sync → next barrier),
   the fsync (after-write → after-sync), and the barrier round trip's upper bound (before-write → after-write: the
   harness's answer, the agent's write and its next message); both only from a barrier the agent waited at — it

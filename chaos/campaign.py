@@ -980,7 +980,7 @@ class Campaign:
         total = plan.get("cases")
         if total is not None:
             # Printed before the first case (the nightly depth-2 list can be long): a case with a kill costs about
-            # one and a half crash-free runs (the restart and the two convergence probes on top).
+            # one and a half crash-free runs (the restart and the convergence probe on top).
             mean = _mean([d for e in self.entries for d in (e.baseline.get("durations") or [])]) or 1.0
             workers = o.workers or os.cpu_count() or 1
             eta = (total - done) * mean * 1.5 / workers
