@@ -524,11 +524,11 @@ def repro_command(bundle: str, work: str | None, keep: bool, planner_dir: str | 
     from chaos.bundle import reproduce
 
     out = verdict.console()
-    label = loaded.target.label()
     target = loaded.target
+    label, where = target.label(), target.planner_dir or "each case's workspace"  # (a record from before a dir)
     out.print(f"repro {loaded.data['case']}" + (f"  ({label})" if label != "bundled" else "")
-              + (f"\nplanner command runs in {target.planner_dir or 'each case workspace'}, within "
-                 f"{target.planner_bound():g} s" if target.planner_command else "")
+              + (f"\nplanner command runs in {where}, within {target.planner_bound():g} s"
+                 if target.planner_command else "")
               + f"\nrecorded: {', '.join(loaded.invariants)} failed")
     base = Path(work) if work else Path(tempfile.mkdtemp(prefix="chaos-repro-"))
     try:
