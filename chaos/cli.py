@@ -522,12 +522,14 @@ def repro_command(bundle: str, work: str | None, keep: bool, planner_dir: str | 
 
     from chaos import verdict
     from chaos.bundle import reproduce
+    from chaos.divergence import planner_environment, planner_timeout
 
     out = verdict.console()
     target = loaded.target
     label, where = target.label(), target.planner_dir or "each case's workspace"  # (a record from before a dir)
     out.print(f"repro {loaded.data['case']}" + (f"  ({label})" if label != "bundled" else "")
-              + (f"\nplanner command runs in {where}, within {target.planner_bound():g} s"
+              # the bound the agent will use (the pre-flight above refused one it would not)
+              + (f"\nplanner command runs in {where}, within {planner_timeout(planner_environment(target)):g} s"
                  if target.planner_command else "")
               + f"\nrecorded: {', '.join(loaded.invariants)} failed")
     base = Path(work) if work else Path(tempfile.mkdtemp(prefix="chaos-repro-"))

@@ -216,12 +216,6 @@ class Target:
         that says it, ``cli_args``) or not at all, it is the same run, so keys and a resume's check agree."""
         return self.planner_timeout if self.planner_timeout != AGENT_PLANNER_SECONDS else None
 
-    def planner_bound(self) -> float:
-        """Seconds the agent gives this target's planner command: the recorded timeout, else its env table's
-        ``AGENT_PLANNER_TIMEOUT`` (as ``environment`` passes it), else the agent's default."""
-        return (self.planner_timeout or planner_seconds(dict(self.env).get(TIMEOUT_VAR) or "")
-                or AGENT_PLANNER_SECONDS)
-
     def without_bugs(self) -> Target:
         """This target with no known-bug switch enabled."""
         return replace(self, bugs=())

@@ -162,7 +162,6 @@ class TestTarget:
         own = load_target(write(tmp_path, 'command = ["x"]\nplanner_command = "p"\n'
                                           '[env]\nAGENT_PLANNER_TIMEOUT = "5"\n'))
         assert "--planner-timeout" not in own.cli_args()
-        assert (own.planner_bound(), target.planner_bound(), other.planner_bound()) == (5.0, DEFAULT_TIMEOUT, 5.0)
         assert resolve_target(own.source, environ={"AGENT_PLANNER_TIMEOUT": "9"}).planner_timeout is None
 
     def test_cli_args_rebuild_where_the_planner_runs(self, tmp_path, monkeypatch):
