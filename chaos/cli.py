@@ -288,7 +288,7 @@ def run_command(scenario: str, kills: tuple[str, ...], target_file, agent_bugs: 
     from chaos.target import is_probe
 
     if is_probe(loaded):
-        _run_probe_scenario(loaded, kills, keep, reports_dir, case_timeout)
+        _run_probe_scenario(scenario, loaded, kills, keep, reports_dir, case_timeout)
 
     schedules: list[str] = []
     for text in kills:
@@ -347,10 +347,13 @@ def run_command(scenario: str, kills: tuple[str, ...], target_file, agent_bugs: 
         _remove_if_empty(made)
     elif work.exists():
         out.print(f"case directories kept under {work}", style="dim")
+        if not all(r.ok for r in results):
+            out.print(_bundle_hint(scenario, target.cli_args()), style="dim")
     raise SystemExit(0 if all(r.ok for r in results) else 1)
 
 
-def _run_probe_scenario(loaded, kills: tuple[str, ...], keep: bool, reports_dir: str, case_timeout: float) -> None:
+def _run_probe_scenario(scenario: str, loaded, kills: tuple[str, ...], keep: bool, reports_dir: str,
+                        case_timeout: float) -> None:
     """``chaos run`` of a probe scenario (a Python program under chaos.probe): crash-free run, then each case,
     judged by the properties (chaos.properties); the repro command of a probe failure in a campaign report."""
     import shutil
@@ -425,7 +428,19 @@ def _run_probe_scenario(loaded, kills: tuple[str, ...], keep: bool, reports_dir:
         work.rmdir()
         _remove_if_empty(made)
     out.print(f"{len(todo)} case(s), {failed} did not pass" + (f"; case directories under {work}" if kept else ""))
+    if kept and failed:
+        out.print(_bundle_hint(scenario, []), style="dim")  # the scenario file names its own target
     raise SystemExit(1 if failed else 0)
+
+
+def _bundle_hint(scenario: str, target_args: list[str]) -> str:
+    """Where a repro bundle comes from: a kept case directory is the raw evidence of one run here, not something
+    to hand on (a bundle carries the scenario, the target and a repro.sh that checks it reproduces).
+    ``target_args``: the options that name the run's target again (none for a probe scenario: its file does)."""
+    import shlex
+
+    command = shlex.join(["chaos", "campaign", str(scenario), *target_args])
+    return f"a repro bundle of each failure: `{command}` (reports/<campaign>/failures/<case>/)"
 
 
 def _require_environment(loaded) -> None:

@@ -153,6 +153,9 @@ def test_chaos_run_reports_the_stale_calls_bug_and_keeps_the_failing_case(tmp_pa
     assert "schedule: assistant@after-sync#2; target bundled AGENT_BUGS=stale-assistant-calls" in result.output
     assert ("first divergence (kill 1, assistant@after-sync#2): reference P5.2 finish completed; implementation "
             "startTool read#0") in " ".join(result.output.split())
+    # A kept case directory is evidence, not a bundle: the run says which command writes one.
+    assert ("a repro bundle of each failure: `chaos campaign " + str(SCENARIOS / "read-then-answer.toml")
+            + " --agent-bugs stale-assistant-calls`") in " ".join(result.output.split())
     [run_dir] = tmp_path.iterdir()
     [case] = run_dir.iterdir()
     names = {p.relative_to(case).as_posix() for p in case.rglob("*")}
