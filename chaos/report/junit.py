@@ -5,10 +5,12 @@ per case (the baseline is named ``baseline``). A failing case carries one ``<fai
 failing invariant, whose ``message`` names every failing invariant, and whose text gives each invariant's message
 and evidence (JSON) plus the repro command; ``error`` cases carry ``<error>`` with the supervisor's verdict;
 ``not-reached`` cases are ``<skipped>`` (the kill point never fired: not a pass); flaky cases pass, marked with a
-``flaky`` property and the failure that did not reproduce in ``<system-out>``. Every suite carries the campaign's
-properties, among them ``complete`` (``false`` when a planned case did not run), ``cases_planned``,
-``cases_not_run`` and ``incomplete`` (how much, and why); a campaign that ran no case at all still has one suite,
-named after the campaign, holding them — a dashboard must not read an empty file as a green run.
+``flaky`` property and the failure that did not reproduce in ``<system-out>``; a crash-free baseline that did not
+pass is a ``baseline`` testcase with a ``<failure type="baseline">`` (no case of its scenario ran). Every suite
+carries the campaign's properties, among them ``complete`` (``false`` when a planned case did not run),
+``cases_planned``, ``cases_not_run`` and ``incomplete`` (how much, and why); a campaign that ran no case at all
+still has one suite, named after the campaign, holding them — a dashboard must not read an empty file as a green
+run.
 
 Invariant protected: the file is well-formed XML 1.0 whatever the evidence contains (agent stderr may hold NUL or
 other control characters, which XML 1.0 cannot represent and ElementTree would write out verbatim).
@@ -131,6 +133,23 @@ def junit_xml(report: CampaignReport) -> str:
             ET.SubElement(tc, "skipped", message=_clean(f"skipped: {b['skipped']}"))
             totals["tests"] += 1
             totals["skipped"] += 1
+        elif not b.get("ok") and not b.get("skipped"):
+            # A baseline that did not pass plans no case of its scenario: without this testcase the scenario would
+            # vanish from a dashboard (or the file read green) while the campaign exits 1.
+            suite = next((s for s in root.iter("testsuite") if s.get("name") == _clean(scenario)), None)
+            if suite is None:
+                suite = ET.SubElement(root, "testsuite", name=_clean(scenario), tests="0", failures="0", errors="0",
+                                      skipped="0", time="0.000")
+                properties(suite)
+            tc = ET.SubElement(suite, "testcase", classname=_clean(f"killpoint.{scenario}"), name="baseline",
+                               time="0.000")
+            problems = [str(p) for p in b.get("problems") or []] or ["the crash-free baseline did not pass"]
+            ET.SubElement(tc, "failure", type="baseline", message=_clean(problems[0])).text = _clean(
+                "\n".join(["the crash-free baseline did not pass: no case of this scenario ran", *problems,
+                           *(str(w) for w in b.get("why") or [])]))
+            for key in ("tests", "failures"):
+                suite.set(key, str(int(suite.get(key, "0")) + 1))
+                totals[key] += 1
     for key, value in totals.items():
         root.set(key, str(value))
     root.set("time", f"{report.duration:.3f}")

@@ -393,6 +393,20 @@ class TestIncomplete:
         assert page.index("Incomplete campaign: 4 of 5 planned case(s) did not run") > first
         assert page.index("chaos campaign --resume reports/demo") < page.index('class="cards"')
 
+    def test_a_failed_baseline_is_a_failing_junit_testcase(self):
+        """A baseline that did not pass (so no case of its scenario ran) is a failing `baseline` testcase, not absent."""
+        xml = ET.fromstring(junit_xml(campaign([passing("assistant@after-sync#1")], planned=1, baselines={
+            "w": {"ok": False, "problems": ["baseline run 1 did not pass (outcome)"], "why": ["agent stderr: boom"]},
+            "fine": {"ok": True}})))
+        assert xml.get("failures") == "1" and xml.get("tests") == "2"
+        [suite] = [s for s in xml.iter("testsuite") if s.get("name") == "w"]
+        [tc] = suite.iter("testcase")
+        assert (tc.get("name"), suite.get("failures"), suite.get("tests")) == ("baseline", "1", "1")
+        [failure] = tc.iter("failure")
+        assert failure.get("type") == "baseline" and failure.get("message") == "baseline run 1 did not pass (outcome)"
+        assert "agent stderr: boom" in failure.text
+        assert {p.get("name") for p in suite.iter("property")} >= {"complete", "cases_planned"}
+
     def test_a_failed_baseline_shows_why_and_no_green_banner(self):
         """The baseline banner carries the tool error and stderr lines; the page is not green."""
         why = ["tool write returned an error: invalid arguments for tool 'write': missing required property 'content'"]
