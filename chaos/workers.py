@@ -479,11 +479,18 @@ def run_case_job(ctx: Context, case_id: str, origin: str, index: int) -> dict[st
         record["status"] = FLAKY
         return case_record(**record)
     if ctx.config.shrink and not ctx.probe(spec.scenario):
-        record.update(_shrink(ctx, spec, common[0], slug))
+        record.update(_shrink(ctx, spec, common, slug))
         if record["minimal_id"] == spec.id:  # already minimal: the first run's directory is the minimal case's
             record["minimal_case_dir"], record["minimal_reached"] = record["case_dir"], record["reached"]
+            record["shrink"]["invariants"] = first.invariants
     minimal = spec_from_id(record["minimal_id"], origin="shrunk") if record.get("minimal_id") else spec
-    record["keys"] = failure_keys(record["failures"], minimal, record.get("minimal_reached") or record["reached"])
+    # The minimal schedule stands for the invariants its own run failed (every one the re-run confirmed, since the
+    # shrink kept only such candidates); one the first run alone failed keeps the schedule that failed it.
+    shrunk = set((record.get("shrink") or {}).get("invariants") or first.invariants)
+    record["keys"] = [*failure_keys([f for f in record["failures"] if f["invariant"] in shrunk], minimal,
+                                    record.get("minimal_reached") or record["reached"]),
+                      *failure_keys([f for f in record["failures"] if f["invariant"] not in shrunk], spec,
+                                    record["reached"])]
     return case_record(**record)  # checked again: the re-run and shrinking filled their fields
 
 
@@ -515,7 +522,11 @@ def launcher_check_job(ctx: Context, case_id: str, origin: str, index: int) -> d
             "durations": {"zygote": a["duration"], "exec": b["duration"]}, "status": a["status"]}
 
 
-def _shrink(ctx: Context, spec, invariant: str, slug: str) -> dict[str, Any]:
+def _shrink(ctx: Context, spec, invariants: list[str], slug: str) -> dict[str, Any]:
+    """Shrink ``spec`` while a candidate still fails every one of ``invariants`` (those the first run and its
+    re-run both failed): the minimal schedule then stands for each failure group the case is counted in, and its
+    bundle reproduces each of them (shrinking on one alone could drop the others: a group would name a minimal
+    schedule that never failed its invariant)."""
     from chaos.shrink import shrink
 
     shrink_dir = f"{slug}.shrink"
@@ -525,7 +536,7 @@ def _shrink(ctx: Context, spec, invariant: str, slug: str) -> dict[str, Any]:
         # No first divergence per candidate: the record carries the first run's, and the bundle falls back to it.
         outcome = execute(ctx, candidate, name=f"{shrink_dir}-{len(kept) + 1:02d}", diagnose=False)
         kept[candidate.id] = outcome
-        return invariant in outcome.invariants
+        return all(invariant in outcome.invariants for invariant in invariants)
 
     # The campaign's --budget ends at config.deadline (chaos.campaign.CampaignWorkerConfig); a shrink cut short
     # there keeps the best schedule so far ("exhausted" in the record). Other configs (the plugin) have none.
@@ -538,12 +549,15 @@ def _shrink(ctx: Context, spec, invariant: str, slug: str) -> dict[str, Any]:
     out: dict[str, Any] = {
         "minimal": list(result.case.schedule) + [str(f) for f in result.case.llm],
         "minimal_id": result.case.id,
-        "shrink": {"invariant": invariant, "calls": result.calls, "steps": result.steps,
+        # invariant: the first the candidates had to fail (each of ``invariants`` too); invariants (below): what the
+        # minimal run itself failed.
+        "shrink": {"invariant": invariants[0], "calls": result.calls, "steps": result.steps,
                    "exhausted": result.exhausted},
     }
     if minimal is not None:
         out["minimal_case_dir"] = _rel(ctx, minimal.result.case_dir)
         out["minimal_reached"] = reached(minimal.run)
+        out["shrink"]["invariants"] = minimal.invariants  # what the minimal run itself failed
     return out
 
 

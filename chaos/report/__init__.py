@@ -92,7 +92,7 @@ class CaseReport:
     bugs: list[str] = field(default_factory=list)
     target: str = ""  # chaos.target.Target.label()
     rerun: dict[str, Any] | None = None  # the re-run of a failure: status, invariants, case_dir
-    shrink: dict[str, Any] | None = None  # invariant, calls, steps, exhausted (cut short)
+    shrink: dict[str, Any] | None = None  # invariant, calls, steps, exhausted (cut short), invariants (the minimal's)
     minimal_id: str | None = None
     minimal_case_dir: str | None = None
     minimal_reached: list[dict[str, Any]] | None = None

@@ -153,7 +153,7 @@ def deduplicate(failed: list[CaseReport]) -> list[dict[str, Any]]:
             g = groups.setdefault(key, {
                 "invariant": "" if diverged else key[0], "action": key[1] if not diverged else "divergence",
                 "fact": key[2] if not diverged else key[1], "divergence": key[2] if diverged else None,
-                "count": 0, "cases": [], "example": case.id, "minimal": case.minimal or case.schedule,
+                "count": 0, "cases": [], "example": case.id, "minimal": _schedule_for(case, key),
                 "bundle": case.bundle,
                 "message": _message(case, key),
             })
@@ -162,10 +162,19 @@ def deduplicate(failed: list[CaseReport]) -> list[dict[str, Any]]:
             if diverged:  # the invariants the wrong decision broke, across the group
                 names = [n for n in g["invariant"].split(", ") if n] + case.invariants
                 g["invariant"] = ", ".join(dict.fromkeys(names))
-            mine = case.minimal or case.schedule
+            mine = _schedule_for(case, key)
             if mine and len(mine) < len(g["minimal"] or []):  # the message goes with the example it describes
                 g["minimal"], g["example"], g["bundle"], g["message"] = mine, case.id, case.bundle, _message(case, key)
     return sorted(groups.values(), key=lambda g: (-g["count"], g["invariant"], g["action"], g["fact"]))
+
+
+def _schedule_for(case: CaseReport, key: tuple[str, str, str]) -> list[str]:
+    """The schedule ``case`` stands for in its group ``key``: its minimal one, unless the minimal run did not fail
+    that invariant (one only the first run failed, not its re-run: the shrink kept candidates failing the others)."""
+    shrunk = (case.shrink or {}).get("invariants")
+    if case.minimal and (key[0] == "divergence" or shrunk is None or key[0] in shrunk):
+        return case.minimal
+    return case.schedule
 
 
 def _message(case: CaseReport, key: tuple[str, str, str]) -> str:

@@ -237,6 +237,21 @@ class TestMoreFaults:
         assert result.cases["fail"] >= 1 and not result.ok
         assert result.failures and all(g["action"] == "torn" for g in result.failures)
 
+    def test_a_shrunk_schedule_fails_every_invariant_its_groups_name(self, tmp_path, cache):
+        """Shrinking keeps only schedules that fail every invariant the first run and its re-run both failed, so
+        each failure group's minimal schedule is one whose own run failed that group's invariant."""
+        library = REPO / "scenarios"
+        result = campaign(tmp_path, "joint", cache, str(library / "bash-deploy.toml"), str(library / "mixed-calls.toml"),
+                          bugs=("no-torn-tail-repair",), mode="random", seed=11, cases=40, replay=False)
+        failed = [r for r in read_journal(tmp_path / "joint" / "journal.jsonl").values() if r["status"] == "fail"]
+        assert failed and any(r.get("minimal") != r["schedule"] for r in failed)
+        for r in failed:
+            common = {f["invariant"] for f in r["failures"]} & set(r["rerun"]["invariants"])
+            assert common <= set(r["shrink"]["invariants"]), r["id"]
+        shrunk = {(tuple(r["minimal"]), inv) for r in failed for inv in r["shrink"]["invariants"]}
+        for group in result.failures:
+            assert (tuple(group["minimal"]), group["invariant"]) in shrunk, group
+
     def test_ioerror_and_double_resume_pass_on_the_correct_agent(self, tmp_path, cache):
         """ioerror(ENOSPC|EIO) and dresume at every transaction fire and hold on the correct agent."""
         result = campaign(tmp_path, "io", cache, GREETING, faults=["ioerror", "dresume"], pinned=False)

@@ -179,6 +179,19 @@ class TestSummary:
         [group] = summarize(campaign([long, short]))["failures"]["deduplicated"]
         assert (group["example"], group["message"]) == ("s::b", "said by the short one")
 
+    def test_a_group_of_an_invariant_the_minimal_run_did_not_fail_shows_the_schedule_that_did(self):
+        """A case shrunk to a schedule whose run failed only some of its invariants stands for the others with its
+        own schedule, not the minimal one."""
+        case = failing_case(id="s::torn(178):toolResult@after-write#1+torn(1):tx:8@after-write",
+                            schedule=["torn(178):toolResult@after-write#1", "torn(1):tx:8@after-write"],
+                            minimal=["torn(1):tx:1@after-write"], shrink={"invariant": "converges",
+                                                                        "invariants": ["converges", "outcome"]},
+                            failures=[InvariantFailure("converges", "c", []),
+                                      InvariantFailure("transcript-legal", "call call_deploy: no result", [])])
+        groups = {g["invariant"]: g for g in summarize(campaign([case]))["failures"]["deduplicated"]}
+        assert groups["converges"]["minimal"] == ["torn(1):tx:1@after-write"]
+        assert groups["transcript-legal"]["minimal"] == case.schedule
+
     def test_engine_keys_and_coverage_are_used_when_given(self):
         """The engine's dedup keys (canonical kill point) and its coverage are used, not re-derived from texts."""
         case = failing_case(minimal=["tx:4@after-sync"])
