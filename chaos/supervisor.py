@@ -556,8 +556,16 @@ class _Case:
         # at this barrier, but another of its threads, a child or a wrapped agent could still write (measured: done
         # while the kernel tore the leader down, the copy missed such writes in 9-17 of 30 runs of a test agent).
         report = self.procs[conn.launch].kill_session(self.limits.kill_seconds)
-        if self.procs[conn.launch].poll() is not None:  # reaped: its life ends here, not after the bookkeeping below
+        rc = self.procs[conn.launch].poll()
+        if rc is not None:  # reaped: its life ends here, not after the bookkeeping below
             launch.ended = self._ended(self.procs[conn.launch])
+        if rc is not None and rc != -signal.SIGKILL:
+            # The leader ended by itself before the SIGKILL landed: it crashed, or exited without waiting at this
+            # barrier, after sending it (read from the socket after its death; a zygote relays an exit a little
+            # later). That end is what happened, not the fault: _on_exit judges it (a crash by a signal it did not
+            # get from us), and the fault stays unfired.
+            self._close(conn)
+            return
         if not report.survivors:
             self.emptied.add(conn.launch)
         launch.killed_by = "fault"

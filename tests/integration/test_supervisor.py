@@ -286,6 +286,41 @@ class TestWatchdog:
         assert run.verdict == records.CRASH and "SIGSEGV" in run.detail
         assert len(run.launches) == 1 and run.launches[0].returncode == -signal.SIGSEGV
 
+    def test_an_agent_dead_by_its_own_signal_before_the_kill_landed_is_a_crash(self, tmp_path):
+        """An agent that sent the barrier a kill fires at and then died by its own SIGSEGV is a crash, not a kill.
+
+        Pinned order: the launcher relays the exit late (as the zygote does) and the SIGKILL is sent only once the
+        agent is dead, so the supervisor finds a barrier of a process that already ended."""
+        from chaos.process import PopenProcess, SubprocessLauncher
+
+        class DeadBeforeTheKill(PopenProcess):
+            def __init__(self, proc):
+                super().__init__(proc._popen, proc.created)
+                self.signalled = False
+
+            def exit_fd(self):
+                return None  # polled: the exit is relayed only through poll()
+
+            def poll(self):
+                return super().poll() if self.signalled else None
+
+            def send_signal(self, sig):
+                self._popen.wait(10)  # the agent dies by itself right after its barrier: wait for that first
+                self.signalled = True
+                super().send_signal(sig)
+
+        class Launcher(SubprocessLauncher):
+            def launch(self, *args):
+                return DeadBeforeTheKill(super().launch(*args))
+
+        command = AgentCommand.single(argv(CRASHING, "--signal", "SIGSEGV", "--no-wait"), argv(FAKE, "resume"))
+        run = Supervisor(command, tmp_path / "case", limits=LIMITS, launcher=Launcher()).run(
+            "runStarted@before-write#1")
+        assert_nothing_survives(run)
+        assert run.verdict == records.CRASH and "SIGSEGV" in run.detail, (run.verdict, run.detail)
+        assert run.faults == [] and run.launches[0].killed_by is None
+        assert run.launches[0].returncode == -signal.SIGSEGV and len(run.launches) == 1
+
     def test_unexpected_exit_code(self, tmp_path):
         """An exit code outside the settled set ends the case as exit:<code>."""
         run = supervise(tmp_path, AgentCommand.single(argv(CRASHING, "--exit", "1"), argv(FAKE, "resume")),
