@@ -18,7 +18,9 @@ Crash windows and what protects them:
   power loss may drop it — the case is then simply run again (never half-counted).
 - A complete but unparsable line in the middle cannot come from our own writes; it is reported (``JournalError``)
   rather than silently skipped, because skipping would *lose* a finished case.
-- Duplicate ids (two journals merged, or a case finished twice around a crash) keep the first line.
+- Duplicate ids (two journals merged, or a case finished twice around a crash) keep the first line, except after a
+  line saying the case's worker process died (``chaos.records.WORKER_DIED``: the harness never judged it): such a
+  case is not done, a ``--resume`` runs it again, and its new line supersedes the old one.
 - Two campaigns on one directory (a ``--resume`` while the first still runs) would each run the other's cases and
   overwrite its lines: ``CampaignLock`` (an exclusive ``flock`` on ``campaign.lock``, held for the campaign's life)
   refuses the second one, naming the holder. The journal is also opened with ``O_APPEND``, so even two writers that
@@ -40,6 +42,7 @@ from typing import Any
 
 from chaos.errors import ChaosError
 from chaos.files import fsync_dir, write_json
+from chaos.records import WORKER_DIED
 
 JOURNAL = "journal.jsonl"
 CAMPAIGN = "campaign.json"
@@ -94,10 +97,22 @@ def read_lines(path: str | Path) -> tuple[list[dict[str, Any]], int]:
 
 
 def read_journal(path: str | Path) -> dict[str, dict[str, Any]]:
-    """Finished cases by id, in journal order; the first line wins for a duplicated id."""
+    """Finished cases by id, in journal order; the first line wins for a duplicated id, unless it says the case's
+    worker died (``run_again``) and a later line ran it again."""
+    return _by_id(read_lines(path)[0])
+
+
+def run_again(record: Mapping[str, Any]) -> bool:
+    """Whether a journal line leaves its case to run again: its worker process died mid-case (an OOM kill, a stray
+    signal), so nothing judged the case; one death must not leave a nightly red for good."""
+    return record.get("status") == "error" and record.get("verdict") == WORKER_DIED
+
+
+def _by_id(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
-    for record in read_lines(path)[0]:
-        out.setdefault(record["id"], record)
+    for record in records:
+        if record["id"] not in out or run_again(out[record["id"]]):
+            out[record["id"]] = record
     return out
 
 
@@ -108,9 +123,8 @@ class Journal:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         records, end = read_lines(self.path)
-        self.done: dict[str, dict[str, Any]] = {}
-        for record in records:
-            self.done.setdefault(record["id"], record)
+        # A case whose worker died is not done: this session runs it again (its line stays until a new one follows).
+        self.done: dict[str, dict[str, Any]] = {k: r for k, r in _by_id(records).items() if not run_again(r)}
         # O_APPEND: every write lands at the end of the file as it is then, so two writers (which the campaign
         # lock should prevent) interleave whole lines instead of overwriting each other's.
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)

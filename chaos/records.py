@@ -26,6 +26,9 @@ PROTOCOL_ERROR = "protocol-error"  # malformed line, wrong protocol version, bar
 NOT_REACHED = "kill-point-not-reached"  # the agent finished while faults of the schedule were still unfired
 NOT_APPLICABLE = "fault-not-applicable"  # the fault fired where it cannot act (torn(B) longer than the unsynced range)
 LAUNCH_ERROR = "launch-error"  # the agent command could not be started at all
+# A campaign worker process died mid-case (an OOM kill, a signal meant for it): the harness never judged the case,
+# so its journal line (status error) does not make it done: a --resume runs it again (chaos.journal).
+WORKER_DIED = "died"
 
 
 def exit_verdict(code: int) -> str:

@@ -41,6 +41,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
+from chaos.records import WORKER_DIED
 from chaos.report import case_record
 from chaos.status import ERROR, EXPECTED, FAIL, FLAKY, NOT_REACHED, PASS
 
@@ -700,7 +701,7 @@ class _Worker:
 class WorkerPool:
     """``size`` worker processes; ``submit`` queues jobs, ``results`` yields ``(job, status, payload)`` as they end.
 
-    A worker that dies mid-job yields ``(job, "died", message)`` for that job and is replaced. ``reconfigure``
+    A worker that dies mid-job yields ``(job, WORKER_DIED, message)`` for that job and is replaced. ``reconfigure``
     hands an idle pool to the next campaign: its workers (their interpreters, scripted servers and zygotes: about
     0.6 s a worker to start) serve one campaign after another.
     """
@@ -826,7 +827,7 @@ class WorkerPool:
         self.workers.remove(w)
         w.conn.close()
         self._dispatch()
-        return job, "died", f"worker process died (exit {code}) while running {job[1]} {job[2]}"
+        return job, WORKER_DIED, f"worker process died (exit {code}) while running {job[1]} {job[2]}"
 
     def cancel_queued(self) -> list[tuple]:
         """Drop jobs not started yet (fail-fast, budget) and return them."""

@@ -201,6 +201,25 @@ class TestResume:
         assert lingering(str(tmp_path / "r")) == []
 
 
+    def test_a_resume_runs_again_a_case_whose_worker_died(self, tmp_path, cache):
+        """A case journalled as an error because its worker process died (an OOM kill) is not done: --resume runs
+        it again, and the campaign ends green once it passes."""
+        first = campaign(tmp_path, "w", cache, GREETING)
+        journal = tmp_path / "w" / "journal.jsonl"
+        lines = journal.read_text().splitlines()
+        victim = json.loads(lines[2])
+        died = {**victim, "status": "error", "verdict": "died", "detail": "worker process died (exit -9)",
+                "failures": [], "harness_error": "worker process died (exit -9) while running case"}
+        journal.write_text("\n".join([*lines[:2], *lines[3:], json.dumps(died)]) + "\n")  # as the first session saw it
+        assert first.ok and read_journal(journal)[victim["id"]]["status"] == "error"
+        done = cli("campaign", "--resume", str(tmp_path / "w"))
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert f"{first.cases['planned']} cases ({first.cases['planned'] - 1} already done)" in done.stderr
+        assert read_journal(journal)[victim["id"]]["status"] == "pass"
+        result = json.loads((tmp_path / "w" / "result.json").read_text())
+        assert result["cases"]["error"] == 0 and result["complete"]
+
+
 class TestShards:
     def test_two_shards_merged_equal_the_unsharded_case_set(self, tmp_path, cache):
         """Shards 1/2 and 2/2 are disjoint and, merged, hold exactly the unsharded campaign's cases."""

@@ -49,6 +49,20 @@ class TestAppend:
         assert read_journal(path)[record(1)["id"]]["status"] == "pass"
         assert path.read_bytes().count(b"\n") == 1
 
+    def test_a_case_whose_worker_died_runs_again_on_resume_and_its_new_line_wins(self, tmp_path):
+        """A worker-died error line does not make its case done: a reopened journal takes the case's next line."""
+        path = tmp_path / JOURNAL
+        with Journal(path) as j:
+            assert j.append(record(1, status="error", verdict="died"))
+            assert j.append(record(2, status="error", verdict="launch-error"))
+        assert read_journal(path)[record(1)["id"]]["verdict"] == "died"  # stopped before the re-run: still an error
+        with Journal(path) as j:
+            assert record(1)["id"] not in j and record(2)["id"] in j and len(j) == 1
+            assert j.append(record(1))
+            assert not j.append(record(1, status="fail"))
+        assert read_journal(path)[record(1)["id"]]["status"] == "pass"
+        assert read_journal(path)[record(2)["id"]]["verdict"] == "launch-error"  # any other error is a finished case
+
     def test_records_need_an_id(self, tmp_path):
         """A record without a string id is refused."""
         with Journal(tmp_path / JOURNAL) as j, pytest.raises(JournalError):
