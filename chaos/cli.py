@@ -55,15 +55,26 @@ class Stopped(KeyboardInterrupt):
 
 
 _STOPPED: list[int] = []  # the stopping signals received, in order (the first decides the exit status)
+_INTERRUPTED_AT: list[float] = []  # when a SIGINT last raised KeyboardInterrupt (time.monotonic())
+# A second SIGINT this soon after one that raised is the same interrupt delivered twice: `timeout -s INT` signals the
+# command and then its process group, which holds the command. Raising again would abort the clean-up the first one
+# started (the partial report unwritten). A person's later Ctrl-C still insists.
+SAME_INTERRUPT_SECONDS = 1.0
 
 
 def _stop(signum, frame) -> None:  # noqa: ARG001 - signal API
     import signal
+    import time
 
     _STOPPED.append(signum)
     if signum == signal.SIGINT:
-        # As Python's own handler: a plain KeyboardInterrupt, every time (a person's second Ctrl-C still insists).
-        # Noted, so that a SIGTERM after it (a CI runner's cancel sends both) does not interrupt the clean-up.
+        # As Python's own handler: a plain KeyboardInterrupt (a person's second Ctrl-C, a moment later, still
+        # insists). Noted, so that a SIGTERM after it (a CI runner's cancel sends both) does not interrupt the
+        # clean-up.
+        now = time.monotonic()
+        if _INTERRUPTED_AT and now - _INTERRUPTED_AT[-1] < SAME_INTERRUPT_SECONDS:
+            return
+        _INTERRUPTED_AT.append(now)
         raise KeyboardInterrupt
     if len(_STOPPED) == 1:  # once: a later SIGTERM/SIGHUP must not interrupt the clean-up the first one started
         raise Stopped(signum)
@@ -98,6 +109,7 @@ class _Main(click.Group):
             click.echo("chaos: an argument contains a NUL byte", err=True)
             sys.exit(2)
         _STOPPED.clear()
+        _INTERRUPTED_AT.clear()
         previous: dict = {}
         try:
             _stop_on_signals(previous)  # inside: a signal meanwhile is handled like one a moment later

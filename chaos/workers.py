@@ -684,10 +684,13 @@ def worker_main(config: WorkerConfig, conn: Connection, parent: int, loops: int 
             continue
         job_id, kind, args = message
         try:
-            payload = jobs[kind](*args)
-            conn.send((job_id, "ok", payload))
+            reply = (job_id, "ok", jobs[kind](*args))
         except Exception:  # a harness defect: report it as this job's error, keep the worker alive
-            conn.send((job_id, "error", traceback.format_exc(limit=8)))
+            reply = (job_id, "error", traceback.format_exc(limit=8))
+        try:
+            conn.send(reply)
+        except OSError:  # the campaign is gone (an interrupt it did not wait out): nobody to tell, nothing to print
+            return
 
 
 @dataclass

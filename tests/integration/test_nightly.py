@@ -171,6 +171,31 @@ def test_sigterm_stops_a_campaign_like_sigint(tmp_path, cache):
     assert (tmp_path / "t" / "index.html").is_file() and stdout.startswith("INCOMPLETE: ")
 
 
+def test_a_sigint_delivered_twice_still_writes_the_partial_report(tmp_path, cache):
+    """Two SIGINTs 50 ms apart (`timeout -s INT` signals the command, then its process group) are one interrupt:
+    exit 130, the partial report of this session, no traceback from the campaign or its workers."""
+    args = ["campaign", TOOL, "--faults", "all", "--out", str(tmp_path), "--name", "i", "--cache", cache, "-j", "2"]
+    # Ctrl-C's own handler, whatever this test runner was started with (a background job inherits SIGINT ignored).
+    start = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+             "sys.argv = ['chaos', *sys.argv[1:]]; runpy.run_module('chaos.cli', run_name='__main__')")
+    proc = subprocess.Popen([sys.executable, "-c", start, *args], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    journal = tmp_path / "i" / "journal.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(read_lines(journal)[0]) < 3:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stdout + stderr
+    assert "Traceback" not in stderr and "Traceback" not in stdout and "Aborted" not in stderr
+    records, _ = read_lines(journal)
+    summary = json.loads((tmp_path / "i" / "summary.json").read_text())
+    assert summary["complete"] is False and summary["stopped"] == "SIGINT"
+    assert summary["cases"]["total"] == len(records) and stdout.startswith("INCOMPLETE: ")
+
+
 def test_version_and_short_help():
     """`chaos --version` names the version; `-h` is --help, for the group and for a command."""
     version = cli("--version")
