@@ -1382,8 +1382,9 @@ def _probe_only(baselines: Mapping[str, Mapping[str, Any]]) -> bool:
 def coverage(plan: Mapping[str, Any], records: Sequence[Mapping[str, Any]], probe_only: bool = False) -> dict[str, Any]:
     """Kill points reached per ``fact@phase`` (first level and, at depth 2, during recovery) and planner rules.
 
-    A point counts as reached once per distinct target (scenario and fault texts), so random mode's repeats and
-    merged shards do not inflate it. ``rules`` counts restarts per SPEC §14.4 rule; ``rules_unreached`` lists the
+    A point counts as reached once per distinct target, as the plan counts it: per planned case in an exhaustive
+    campaign (every fault action and torn length at a point is a case of its own), per scenario and point in a
+    random one (the space it samples); random mode's repeats and merged shards do not inflate it. ``rules`` counts restarts per SPEC §14.4 rule; ``rules_unreached`` lists the
     rules no restart of this campaign exercised (none in a campaign of probe scenarios only: no planner runs there).
     """
     reached: dict[str, set[str]] = {"points": set(), "recovery": set()}
@@ -1397,7 +1398,7 @@ def coverage(plan: Mapping[str, Any], records: Sequence[Mapping[str, Any]], prob
         origin = r.get("origin")
         if origin in ("exhaustive", "torn", "random") and r.get("fired", True):
             target = landed[0] if origin == "random" else landed[-1]
-            table, ident = "points", f"{r['scenario']}::{target['point']}"
+            table, ident = "points", f"{r['scenario']}::{target['point']}" if origin == "random" else r["id"]
         elif origin == "depth2" and r.get("fired") and len(landed) >= 2:
             target, table, ident = landed[-1], "recovery", f"{r['scenario']}::{r['schedule'][0]}+{landed[-1]['point']}"
         else:

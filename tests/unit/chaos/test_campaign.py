@@ -99,7 +99,7 @@ class TestResult:
             record("s::user@after-sync#1", "fail", point="runStarted@after-sync#1", facts=("user", "runStarted"),
                    failures=["outcome"], keys=[("outcome", "kill", "toolStarted")],
                    minimal=["toolStarted@before-write#1", "tx:9@after-sync"]),
-            record("s::llm(drop)@1.1", "flaky", failures=["attempts-bounded"], kills=0),
+            record("s::llm(drop)@1.1", "flaky", origin="random", failures=["attempts-bounded"], kills=0),
         ]
 
     def test_failures_are_grouped_and_counted(self):
@@ -121,6 +121,19 @@ class TestResult:
         assert cov["points"]["user@after-sync"] == {"reached": 1, "total": 1}
         assert cov["points"]["runStarted@after-sync"] == {"reached": 1, "total": 0}
         assert cov["rules"] == {"P7.1.4": 1} and "P0" in cov["rules_unreached"]
+
+    def test_every_fault_action_at_one_point_counts_as_its_own_target(self):
+        """An exhaustive campaign plans a case per fault action and torn length at a point; each that ran counts,
+        so a complete campaign reads full coverage (not one point of its many cases)."""
+        point = "toolStarted@after-write#1"
+        texts = ["torn(1):toolStarted@after-write#1", "torn(7):toolStarted@after-write#1",
+                 "powerloss:toolStarted@after-write#1", "ioerror(EIO):toolStarted@after-write#1"]
+        records = [record(f"s::{t}", origin="torn" if t.startswith("torn") else "exhaustive", point=point)
+                   for t in texts]
+        plan = {"cases": 4, "space": "partition", "points": {"toolStarted@after-write": 4}, "recovery": {}}
+        assert coverage(plan, records)["points"]["toolStarted@after-write"] == {"reached": 4, "total": 4}
+        repeats = [record(f"s::{t}", origin="random", point=point) for t in texts]  # random: the point, once
+        assert coverage(plan, repeats)["points"]["toolStarted@after-write"]["reached"] == 1
 
     def test_a_partial_campaign_is_not_complete(self):
         """Cases planned but not run are counted and make the result incomplete."""
