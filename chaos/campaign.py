@@ -254,10 +254,12 @@ class CampaignOptions:
             problems.append("--max-faults must be >= 1")
         # The rest are range-checked by the CLI; a campaign.json read back on --resume may hold anything.
         for flag, value, low in (("--workers", self.workers, 0), ("--cases", self.cases, 1),
-                                 ("shrink_calls", self.shrink_calls, 0), ("--duration", self.duration, 0),
-                                 ("--budget", self.budget, 0)):
+                                 ("shrink_calls", self.shrink_calls, 0)):
             if value is not None and value < low:
                 problems.append(f"{flag} must be >= {low}")
+        for flag, value in (("--duration", self.duration), ("--budget", self.budget)):
+            if value is not None and value <= 0:  # a run of no time plans cases only to leave them all unrun
+                problems.append(f"{flag} must be more than 0 seconds")
         for flag, value in (("--case-timeout", self.case_seconds), ("silence_seconds", self.silence_seconds)):
             if value <= 0:
                 problems.append(f"{flag} must be > 0")
@@ -1275,7 +1277,10 @@ class CampaignResult:
             parts.append(f"{undiscovered['recoveries']} of {self.discovery['recoveries']['planned']} depth-2 "
                          "recoveries were not discovered, so their cases are not counted")
         why = {"budget": "the time budget was used up", "fail-fast": "--fail-fast stopped it",
-               "SIGINT": "interrupted (SIGINT)", "SIGTERM": "terminated (SIGTERM)"}.get(self.stopped or "")
+               "SIGINT": "interrupted (SIGINT)", "SIGTERM": "terminated (SIGTERM)",
+               "SIGHUP": "its terminal hung up (SIGHUP)"}.get(self.stopped or "")
+        if not why and self.stopped:  # any other stop the campaign recorded is still said, by its name
+            why = f"stopped ({self.stopped})"
         return "; ".join(parts) + (f" — {why}" if why else "")
 
     @property

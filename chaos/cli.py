@@ -28,6 +28,30 @@ class _Seconds(click.FloatRange):
 
 
 SECONDS = _Seconds(min=0.1)
+
+# Parallel processes per usable CPU past which more only slows every case down (each worker runs agents, a scripted
+# model server and a zygote): -j 100000 would start one worker per queued case.
+WORKERS_PER_CPU = 8
+
+
+class _Workers(click.IntRange):
+    """A number of parallel workers: 0 (one per usable CPU) up to ``WORKERS_PER_CPU`` per usable CPU."""
+
+    def __init__(self) -> None:
+        super().__init__(min=0)
+
+    def convert(self, value, param, ctx):
+        workers = super().convert(value, param, ctx)
+        from chaos.case import usable_cores
+
+        limit = WORKERS_PER_CPU * max(1, math.ceil(usable_cores()))
+        if workers > limit:
+            self.fail(f"{workers}: at most {limit} on this machine ({WORKERS_PER_CPU} per usable CPU; more only "
+                      "slows every case down); 0 is one per CPU", param, ctx)
+        return workers
+
+
+WORKERS = _Workers()
 PLANNER_SECONDS = _Seconds(min=0, min_open=True)  # any the agent takes (AGENT_PLANNER_TIMEOUT: above 0, finite)
 
 
@@ -744,7 +768,7 @@ def _campaign_usage(lines: list[str]) -> None:
 @click.option("--max-faults", type=click.IntRange(min=1), default=3, show_default=True,
               help="random mode: at most K faults per case")
 @click.option("--budget", metavar="DURATION", help="stop starting cases after this long (e.g. 2h); --resume continues")
-@click.option("-j", "--workers", type=click.IntRange(min=0), default=0, help="parallel workers [default: CPUs]")
+@click.option("-j", "--workers", type=WORKERS, default=0, help="parallel workers; 0: one per CPU [default: 0]")
 @click.option("--shard", metavar="K/N", help="run the K-th of N deterministic parts (by first fault)")
 @click.option("--fail-fast", is_flag=True, help="stop starting cases after the first reproduced failure")
 @click.option("--pinned-only", is_flag=True, help="only the scenarios' pinned [[schedules]] (CI regressions)")
@@ -878,7 +902,7 @@ def campaign_command(scenarios, mode, depth, faults, seed, case_count, duration,
               help="only this known-bug switch (repeatable) [default: every switch of `python -m agent bugs`]")
 @click.option("--fast", is_flag=True,
               help="CI preset: a few library scenarios plus each regression's pinned schedule (scenarios/regressions)")
-@click.option("-j", "--workers", type=click.IntRange(min=0), default=0, help="parallel workers [default: CPUs]")
+@click.option("-j", "--workers", type=WORKERS, default=0, help="parallel workers; 0: one per CPU [default: 0]")
 @click.option("--out", default="reports/mutants", show_default=True, type=click.Path(path_type=str),
               help="where the campaigns and summary.json go")
 @click.option("--name", default="", help="this run's directory under --out [default: mutants-<UTC time>]")
@@ -970,7 +994,7 @@ def _progress_printer(what: str):
               help="write the full report as JSON (- for stdout; the table then goes to stderr)")
 @click.option("--timeout", type=SECONDS, default=30.0, show_default=True,
               help="seconds allowed per implementation command")
-@click.option("-j", "--jobs", type=click.IntRange(min=0), default=0, help="parallel checks [default: CPUs]")
+@click.option("-j", "--jobs", type=WORKERS, default=0, help="parallel checks; 0: one per CPU [default: 0]")
 @click.option("--no-closed-loop", is_flag=True, help="skip closed-loop convergence")
 @click.option("--no-reduce", is_flag=True, help="skip the reduce checks (a planner-only implementation)")
 @click.option("--rule", "rules", multiple=True, metavar="RULE",
@@ -1041,7 +1065,7 @@ def corpus_group() -> None:
 @click.argument("scenarios", nargs=-1, type=click.Path(path_type=str))
 @click.option("--out", required=True, type=click.Path(path_type=str), metavar="DIR",
               help="a new or empty directory, or a path ending in .zip (packed)")
-@click.option("-j", "--workers", type=click.IntRange(min=0), default=0, help="parallel workers [default: CPUs]")
+@click.option("-j", "--workers", type=WORKERS, default=0, help="parallel workers; 0: one per CPU [default: 0]")
 def corpus_build(scenarios: tuple[str, ...], out: str, workers: int) -> None:
     """Run a campaign (default: the default campaign) that keeps the log at every kill, with reference outputs.
 

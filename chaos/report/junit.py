@@ -6,11 +6,12 @@ failing invariant, whose ``message`` names every failing invariant, and whose te
 and evidence (JSON) plus the repro command; ``error`` cases carry ``<error>`` with the supervisor's verdict;
 ``not-reached`` cases are ``<skipped>`` (the kill point never fired: not a pass); flaky cases pass, marked with a
 ``flaky`` property and the failure that did not reproduce in ``<system-out>``; a crash-free baseline that did not
-pass is a ``baseline`` testcase with a ``<failure type="baseline">`` (no case of its scenario ran). Every suite
-carries the campaign's properties, among them ``complete`` (``false`` when a planned case did not run),
-``cases_planned``, ``cases_not_run`` and ``incomplete`` (how much, and why); a campaign that ran no case at all
-still has one suite, named after the campaign, holding them — a dashboard must not read an empty file as a green
-run.
+pass is a ``baseline`` testcase with a ``<failure type="baseline">`` (no case of its scenario ran); an incomplete
+campaign has one more suite, ``<campaign> (not run)``, whose one testcase, ``cases not run``, is skipped with how
+much did not run, why, and the ``--resume`` command. Every suite carries the campaign's properties, among them
+``complete`` (``false`` when a planned case did not run), ``cases_planned``, ``cases_not_run`` and ``incomplete``
+(how much, and why); a complete campaign that ran no case at all still has one suite, named after the campaign,
+holding them — a dashboard must not read an empty file as a green run.
 
 Invariant protected: the file is well-formed XML 1.0 whatever the evidence contains (agent stderr may hold NUL or
 other control characters, which XML 1.0 cannot represent and ElementTree would write out verbatim).
@@ -81,7 +82,7 @@ def junit_xml(report: CampaignReport) -> str:
             if value not in (None, ""):
                 ET.SubElement(props, "property", name=name, value=_clean(value))
 
-    if not by_scenario:
+    if not by_scenario and report.is_complete:  # (an incomplete one gets its "not run" suite, below)
         empty = ET.SubElement(root, "testsuite", name=_clean(report.name), tests="0", failures="0", errors="0",
                               skipped="0", time="0.000")
         properties(empty)
@@ -150,6 +151,18 @@ def junit_xml(report: CampaignReport) -> str:
             for key in ("tests", "failures"):
                 suite.set(key, str(int(suite.get(key, "0")) + 1))
                 totals[key] += 1
+    if not report.is_complete:
+        # Counts in properties only would let a dashboard show the cases that ran as a green run: one skipped test
+        # says how much did not run, why, and how to continue.
+        suite = ET.SubElement(root, "testsuite", name=_clean(f"{report.name} (not run)"), tests="1", failures="0",
+                              errors="0", skipped="1", time="0.000")
+        properties(suite)
+        tc = ET.SubElement(suite, "testcase", classname="killpoint.campaign", name="cases not run", time="0.000")
+        ET.SubElement(tc, "skipped", type="incomplete", message=_clean(
+            f"incomplete campaign: {report.not_run or 'not every planned case ran'}"
+            + (f"; continue with: {report.resume}" if report.resume else "")))
+        totals["tests"] += 1
+        totals["skipped"] += 1
     for key, value in totals.items():
         root.set(key, str(value))
     root.set("time", f"{report.duration:.3f}")

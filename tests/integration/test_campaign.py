@@ -335,6 +335,8 @@ class TestCli:
             (["--agent-bugs", "no-such-bug"], "unknown bug switch"),
             (["--seed", "3"], "--seed: random mode only"),  # ignored by an exhaustive campaign: refused
             (["--nightly", "--mode", "random", "--seed", "1", "--cases", "2"], "--nightly sets --mode exhaustive"),
+            (["-j", "100000"], "at most"),  # one worker per queued case would only slow every case down
+            (["--budget", "0s"], "--budget must be more than 0 seconds"),
         ],
     )
     def test_bad_options_are_one_line_and_exit_2(self, args, message, tmp_path):

@@ -230,6 +230,14 @@ class TestCompletion:
         assert result.not_run_text() == ("0 of 4 planned case(s) did not run; 6 of 10 depth-2 recoveries were not "
                                          "discovered, so their cases are not counted — the time budget was used up")
 
+    @pytest.mark.parametrize(("stopped", "why"), [("SIGHUP", "its terminal hung up (SIGHUP)"),
+                                                   ("SIGQUIT", "stopped (SIGQUIT)")])
+    def test_every_stop_says_why(self, stopped, why):
+        """A campaign stopped by a hang-up (or any stop it recorded) says so after its counts, not nothing."""
+        result = build_result({**PARAMS, "stopped": stopped}, TestResult().records()[:1], duration=1.0,
+                              interrupted=True)
+        assert result.not_run_text() == f"3 of 4 planned case(s) did not run — {why}"
+
     def test_a_random_duration_campaign_is_complete_when_its_duration_is_reached(self):
         """An endless random list is complete when --duration stopped it, not when a budget or a signal did."""
         params = {"options": {"mode": "random", "seed": 1, "duration": 5.0}, "plan": {"cases": None}}

@@ -395,8 +395,23 @@ class TestIncomplete:
         assert props["resume"] == "chaos campaign --resume reports/demo"
         empty = ET.fromstring(junit_xml(campaign([], planned=3, complete=False)))
         [suite] = empty.iter("testsuite")
-        assert suite.get("tests") == "0" and {p.get("name"): p.get("value") for p in suite.iter("property")}[
+        assert suite.get("tests") == "1" and {p.get("name"): p.get("value") for p in suite.iter("property")}[
             "complete"] == "false"
+        ran_none = ET.fromstring(junit_xml(campaign([], planned=0)))
+        [suite] = ran_none.iter("testsuite")
+        assert suite.get("tests") == "0" and suite.get("name") == "demo"
+
+    def test_an_incomplete_campaign_is_not_green_in_junit(self):
+        """The cases that did not run are one skipped test saying how many, why and how to continue; the totals
+        count it, so a dashboard cannot show the cases that ran as a whole green run."""
+        xml = ET.fromstring(junit_xml(self.report()))
+        assert xml.get("skipped") == "1" and xml.get("tests") == "2"
+        [tc] = [t for t in xml.iter("testcase") if t.get("name") == "cases not run"]
+        [skipped] = tc.iter("skipped")
+        assert skipped.get("message") == ("incomplete campaign: 4 of 5 planned case(s) did not run — the time budget "
+                                          "was used up; continue with: chaos campaign --resume reports/demo")
+        assert not any(t.get("name") == "cases not run"
+                       for t in ET.fromstring(junit_xml(campaign([passing("x@after-sync#1")]))).iter("testcase"))
 
     def test_the_page_says_first_how_much_did_not_run_and_shows_no_green_banner(self):
         """An incomplete page starts with the not-run banner and the resume command; no "every invariant held"."""
