@@ -368,7 +368,9 @@ class _Case:
         if not _is_int(body.get("pid")) or body["pid"] != conn.pid:
             self._protocol_error(conn, f"hello pid {body.get('pid')!r} is not the connecting process {conn.pid}")
         session = body.get("session")
-        if not isinstance(session, str) or not session:
+        if not isinstance(session, str) or not session or "\0" in session:
+            # No path holds a NUL byte (every os call on it raises ValueError): a foreign agent's bad hello is a
+            # protocol error of the case, not an error of the harness.
             self._protocol_error(conn, f"hello session must be a non-empty path, got {session!r}")
         path = os.path.join(self.cmd.cwd or self.dir, session)  # a relative path is relative to the agent's cwd
         if self.run_rec.session is None:

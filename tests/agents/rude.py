@@ -1,6 +1,6 @@
 """A fake agent that breaks the checkpoint protocol in one chosen way, then waits for its answer.
 
-    rude.py MODE      MODE: garbage | deep | version | order | pid | seq | nohello | toolong | oneway
+    rude.py MODE      MODE: garbage | deep | version | order | pid | seq | nohello | toolong | oneway | nul
 """
 
 from __future__ import annotations
@@ -40,6 +40,10 @@ elif mode == "nohello":
 elif mode == "oneway":
     hello["hello"]["oneway"] = "yes"
     chan.send(hello)
+elif mode == "nul":  # a session path no file can have; the checkpoint after it makes the harness read the file
+    hello["hello"]["session"] = path + "\0x"
+    chan.send(hello)
+    chan.checkpoint("before-write", ["user"], 1, 0, 0)
 elif mode == "toolong":
     chan.hello(path)
     chan.send_raw(json.dumps({"checkpoint": "x" * (1 << 21)}).encode())

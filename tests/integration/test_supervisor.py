@@ -348,6 +348,7 @@ class TestProtocol:
             ("nohello", "first message must be hello"),
             ("toolong", "line longer than"),
             ("oneway", "hello oneway must be true or false"),
+            ("nul", "hello session must be a non-empty path"),
         ],
     )
     def test_protocol_violation_is_a_verdict(self, tmp_path, mode, message):
