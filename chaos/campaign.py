@@ -1153,6 +1153,22 @@ def _make_directories(options: CampaignOptions, directory: Path | None) -> None:
                                 f"{reason}") from None
 
 
+def _check_writable(directory: Path) -> None:
+    """One line, before any baseline runs, when a resumed campaign could not write its files: its journal (appended
+    to) and new files in its directory (campaign.json is replaced through a temporary file, reports are written).
+    A read-only copy or an immutable directory would otherwise fail at its first write, as an internal error."""
+    import tempfile
+
+    try:
+        os.close(os.open(directory / JOURNAL, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644))
+        fd, name = tempfile.mkstemp(prefix=".write-check.", dir=directory)
+        os.close(fd)
+        os.unlink(name)
+    except OSError as exc:
+        raise CampaignError(f"--resume {directory}: cannot write in the campaign directory: "
+                            f"{exc.strerror or exc}") from None
+
+
 def _locked_run(campaign: Campaign, *, list_only: bool = False) -> CampaignResult | list[str]:
     """Run ``campaign`` holding its directory's lock for its whole life (one campaign per directory); listing
     keeps no directory and takes no lock. Journal problems (a locked directory, a corrupt journal line) become one
@@ -1163,6 +1179,7 @@ def _locked_run(campaign: Campaign, *, list_only: bool = False) -> CampaignResul
         with CampaignLock(campaign.dir, campaign.command):
             if campaign.resume:
                 read_lines(campaign.dir / JOURNAL)  # a corrupt journal line is reported before any baseline runs
+                _check_writable(campaign.dir)
             return campaign.run()
     except JournalError as exc:
         raise CampaignError(str(exc).splitlines()) from None

@@ -304,6 +304,21 @@ class TestResumeInput:
         assert line == f"{directory / 'campaign.json'}: elapsed: expected a number, got a string \"soon\""
 
 
+def test_resume_of_a_directory_it_cannot_write_is_one_line(tmp_path):
+    """`--resume` of a campaign directory nothing may be written in (immutable here: root ignores modes) is one
+    line and exit 2 before any case runs, not an internal error at its first write."""
+    directory = resumable(tmp_path)
+    (directory / LOCK).write_text("")  # as its last campaign left it: the lock can be taken, nothing made anew
+    made = subprocess.run(["chattr", "+i", str(directory)], capture_output=True, text=True)
+    if made.returncode != 0:  # needs CAP_LINUX_IMMUTABLE and a file system that keeps the flag
+        pytest.skip(f"cannot make a directory immutable here: {made.stderr.strip()}")
+    try:
+        line = one_line_error(["campaign", "--resume", str(directory)])
+    finally:
+        subprocess.run(["chattr", "-i", str(directory)], check=True)
+    assert line == f"--resume {directory}: cannot write in the campaign directory: Operation not permitted"
+
+
 class TestOneCampaignPerDirectory:
     HOLDER = textwrap.dedent(
         """
