@@ -929,6 +929,11 @@ class Campaign:
                     # mid-case, and the next campaign gets fresh ones.
                     pool.cancel_queued()
                     pool.close()
+            # Cases cut short in a worker (stopped or killed mid-case: this session's interrupt, an earlier one's
+            # SIGKILL) leave their names as links to scratch directories that are gone: not case directories.
+            from chaos import scratch
+
+            scratch.remove_dangling(self.dir / "cases")
             params = read_campaign(self.dir)
             params.update(elapsed=self._elapsed(), stopped=self.stopped, discovery=self.discovery,
                           replayed=self.replayed)

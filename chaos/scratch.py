@@ -146,6 +146,33 @@ def _remove_orphans(parent: Path) -> None:
             os.close(fd)
 
 
+def remove_dangling(work: Path) -> int:
+    """Remove the case links in ``work`` left by cases cut short in another process (a campaign worker stopped or
+    killed mid-case, a harness SIGKILLed): links into a scratch root whose directory is gone, or whose root nobody
+    holds any more (removed here first). What they named was never kept; left, they read as case directories that
+    cannot be opened. Returns how many went. Only links into this user's scratch roots are looked at."""
+    where = base()
+    if where is None:
+        return 0
+    mine = where / f"killpoint-{os.getuid()}"
+    try:
+        _remove_orphans(mine)
+        entries = list(os.scandir(work))
+    except OSError:  # no scratch root was ever made, or no work directory
+        return 0
+    removed = 0
+    for entry in entries:
+        try:
+            if not entry.is_symlink() or Path(os.readlink(entry.path)).parent.parent != mine:
+                continue
+            if not os.path.exists(entry.path):  # follows the link: its scratch directory is gone
+                os.unlink(entry.path)
+                removed += 1
+        except OSError:
+            continue
+    return removed
+
+
 def _drop(path: Path, owner: int) -> None:
     """At exit: this process's root goes (its cases are settled by now), then its lock. Not in a forked child, which
     inherits the handler but not the root."""

@@ -169,6 +169,8 @@ def test_sigterm_stops_a_campaign_like_sigint(tmp_path, cache):
     assert summary["complete"] is False and summary["stopped"] == "SIGTERM"
     assert summary["cases"]["total"] == len(records)
     assert (tmp_path / "t" / "index.html").is_file() and stdout.startswith("INCOMPLETE: ")
+    cases = tmp_path / "t" / "cases"  # the cases cut short by the stop leave no link to a gone scratch directory
+    assert not [p.name for p in (cases.iterdir() if cases.is_dir() else ()) if p.is_symlink() and not p.exists()]
 
 
 def test_a_sigint_delivered_twice_still_writes_the_partial_report(tmp_path, cache):
@@ -194,6 +196,8 @@ def test_a_sigint_delivered_twice_still_writes_the_partial_report(tmp_path, cach
     summary = json.loads((tmp_path / "i" / "summary.json").read_text())
     assert summary["complete"] is False and summary["stopped"] == "SIGINT"
     assert summary["cases"]["total"] == len(records) and stdout.startswith("INCOMPLETE: ")
+    cases = tmp_path / "i" / "cases"
+    assert not [p.name for p in (cases.iterdir() if cases.is_dir() else ()) if p.is_symlink() and not p.exists()]
 
 
 def test_version_and_short_help():

@@ -258,6 +258,31 @@ def test_the_roots_whose_lock_nobody_holds_are_removed_and_held_ones_kept(shm):
         os.close(holder)
 
 
+def test_links_of_cases_cut_short_elsewhere_are_removed_and_no_other(shm, tmp_path):
+    """A case link whose scratch directory is gone, or lies in a root nobody holds (its worker was killed), goes;
+    a live case's link, a held root's, a link elsewhere and a plain directory stay."""
+    work = tmp_path / "work"
+    work.mkdir()
+    live = fresh_dir(work, "live", make=scratch.make)
+    gone_dir = fresh_dir(work, "gone", make=scratch.make)
+    shutil.rmtree(os.readlink(gone_dir))
+    parent = mine(shm)
+    dead, held = parent / "4194399-dead", parent / "1-held"
+    for d in (dead, held):
+        (d / "case.x").mkdir(parents=True)
+        (parent / f"{d.name}.lock").touch()
+        os.symlink(d / "case.x", work / f"in-{d.name}")
+    os.symlink(tmp_path, work / "elsewhere")
+    (work / "plain").mkdir()
+    holder = os.open(parent / "1-held.lock", os.O_RDWR)  # as another live process's
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    try:
+        assert scratch.remove_dangling(work) == 2
+    finally:
+        os.close(holder)
+    assert sorted(p.name for p in work.iterdir()) == sorted([live.name, "in-1-held", "elsewhere", "plain"])
+
+
 @pytest.mark.skipif(os.getuid() != 0, reason="needs root to hand the directory to another user")
 def test_a_root_directory_owned_by_another_user_is_never_used(shm):
     """/dev/shm is shared: a killpoint-<uid> someone else made is neither written nor cleaned."""
