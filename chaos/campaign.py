@@ -991,7 +991,10 @@ class Campaign:
             mean = _mean([d for e in self.entries for d in (e.baseline.get("durations") or [])]) or 1.0
             workers = o.workers or os.cpu_count() or 1
             eta = (total - done) * mean * 1.5 / workers
-            self.reporter.message(f"{total} cases ({done} already done), ETA ~{_hms(eta)} on {workers} worker(s)")
+            repeats = (o.cases - total) if o.mode == "random" and o.cases else 0
+            self.reporter.message(f"{total} cases ({done} already done), ETA ~{_hms(eta)} on {workers} worker(s)"
+                                  + (f"; {repeats} of the {o.cases} seeded draws repeated an earlier schedule "
+                                     "(each case runs once)" if repeats > 0 else ""))
         cases = self.ordered_cases(journal)
         self.reporter.start(total, done, failures)
         exhausted = halted = False

@@ -56,7 +56,9 @@ def failure_text(case: CaseReport) -> str:
     if case.verdict:
         parts.append(f"supervisor verdict: {case.verdict}" + (f" ({case.detail})" if case.detail else ""))
     if case.repro:
-        parts.append(f"reproduce: {case.repro}")
+        # A bundle's path is relative to the campaign directory the report is in (a CI artifact may be anywhere).
+        where = " (in the campaign directory)" if case.bundle and case.repro.startswith("sh ") else ""
+        parts.append(f"reproduce{where}: {case.repro}")
     return "\n".join(parts)
 
 

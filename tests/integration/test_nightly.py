@@ -225,6 +225,8 @@ def test_a_random_case_list_that_repeats_a_schedule_runs_it_once_and_is_complete
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads((tmp_path / "r" / "result.json").read_text())
     assert result["complete"] and result["cases"]["planned"] == result["cases"]["done"] < 100
+    repeats = 100 - result["cases"]["planned"]
+    assert f"; {repeats} of the 100 seeded draws repeated an earlier schedule (each case runs once)" in done.stderr
 
 
 def test_version_of_a_tree_that_was_never_installed(monkeypatch):

@@ -248,7 +248,7 @@ class TestJunit:
         failure = root.find(".//failure")
         assert failure.get("type") == "converges"
         assert "converges" in failure.get("message")
-        assert '"seq": 11' in failure.text and "reproduce: sh failures/x/repro.sh" in failure.text
+        assert '"seq": 11' in failure.text and "reproduce (in the campaign directory): sh failures/x/repro.sh" in failure.text
 
     def test_statuses_map_to_error_skipped_and_flaky_property(self):
         """error -> <error>, not-reached -> <skipped>, flaky -> a passing testcase with a flaky property."""
