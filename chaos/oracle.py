@@ -1254,6 +1254,8 @@ def effects_at_most_once(ev: Evidence) -> InvariantResult:
 def _after_unknown_effect(state: State, result: Mapping) -> bool:
     """True when an interrupted never tool precedes ``result``: the workspace may then differ from the baseline's."""
     for started in state.started.values():
+        if started.get("replay") == "safe":  # a read changes no file, whether or not it ran before its crash
+            continue
         res = state.entries.get(started.get("_result") or "", {})
         if res.get("_name") == "synthetic" and (res.get("_seq") or 0) < (result.get("_seq") or 0):
             return True

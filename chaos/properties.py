@@ -15,7 +15,7 @@ the effects witnessed outside the state, the final state, the crash-free run's r
   launches;
 - ``matches-baseline`` — the final result (the reader's ``result``) equals the crash-free run's;
 - ``consume-once`` — when k ≥ 2 processes resumed one durable state concurrently (``dresume(k)``), no effect was
-  executed by more than one of them (one parked interrupt or pending step fires once);
+  executed more than once across them, whichever ran it (one parked interrupt or pending step fires once);
 - ``recovery-deterministic`` — recovering the durable state of the last kill a second time (a copy, another
   process, no kill) ends with the same result as the case did.
 

@@ -531,6 +531,33 @@ def test_effects_accept_a_replayed_safe_read_with_the_baseline_content_only():
     assert "effects-at-most-once" not in failing(ev)
 
 
+def test_an_interrupted_read_before_a_replayed_read_does_not_excuse_its_content():
+    """Only an interrupted never tool may have changed what a later replayed read sees: after an interrupted safe
+    read, a replayed read that returns other than the crash-free run's content still fails."""
+    def read_log(content: str) -> Log:
+        log = Log()
+        log.run()
+        log.attempt()
+        log.answer(calls=[("call_a", "read", '{"path":"b"}'), ("call_r", "read", '{"path":"a"}')])
+        ts, res = log.started("call_a", "read", {"path": "b"})
+        log.result(ts, res, "call_a", "read", interrupted=True)
+        ts, res = log.started("call_r", "read", {"path": "a"}, index=1)
+        log.result(ts, res, "call_r", "read", content)
+        log.attempt()
+        log.answer("Done.")
+        log.finish()
+        return log
+
+    base = evidence(read_log("text"), witness=[], expect=None, requests=[])
+    facts = oracle.baseline_facts(base, oracle.check(base))
+    log = read_log("other text")
+    writers = {log.txs[i][0]: (0 if i < 6 else 1) for i in range(len(log.txs))}
+    launches = [LaunchInfo(0, "step", None, killed=True, current=CURRENT), LaunchInfo(1, "resume", 0, current=CURRENT)]
+    ev = evidence(log, writers=writers, launches=launches, witness=[], expect=None, requests=[], baseline=facts,
+                  kills=[Kill("toolStarted@after-sync#2", 0, log.data[: log.txs[5][3]])])
+    assert any("replayed read returned 'other text'" in f for f in failing(ev)["effects-at-most-once"])
+
+
 # -- 6. attempts-bounded
 
 
