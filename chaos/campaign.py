@@ -1414,8 +1414,9 @@ def coverage(plan: Mapping[str, Any], records: Sequence[Mapping[str, Any]], prob
 
     A point counts as reached once per distinct target, as the plan counts it: per planned case in an exhaustive
     campaign (every fault action and torn length at a point is a case of its own), per scenario and point in a
-    random one (the space it samples); random mode's repeats and merged shards do not inflate it. ``rules`` counts restarts per SPEC §14.4 rule; ``rules_unreached`` lists the
-    rules no restart of this campaign exercised (none in a campaign of probe scenarios only: no planner runs there).
+    random one (the space it samples); random mode's repeats and merged shards do not inflate it. ``rules`` counts
+    restarts per SPEC §14.4 rule; ``rules_unreached`` lists the rules no restart of this campaign exercised (none in
+    a campaign of probe scenarios only: no planner runs there).
     """
     reached: dict[str, set[str]] = {"points": set(), "recovery": set()}
     per_key: dict[str, dict[str, set[str]]] = {"points": {}, "recovery": {}}

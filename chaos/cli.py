@@ -28,6 +28,7 @@ class _Seconds(click.FloatRange):
 
 
 SECONDS = _Seconds(min=0.1)
+PLANNER_SECONDS = _Seconds(min=0, min_open=True)  # any the agent takes (AGENT_PLANNER_TIMEOUT: above 0, finite)
 
 # Parallel processes per usable CPU past which more only slows every case down (each worker runs agents, a scripted
 # model server and a zygote): -j 100000 would start one worker per queued case.
@@ -52,7 +53,6 @@ class _Workers(click.IntRange):
 
 
 WORKERS = _Workers()
-PLANNER_SECONDS = _Seconds(min=0, min_open=True)  # any the agent takes (AGENT_PLANNER_TIMEOUT: above 0, finite)
 
 
 def _save_traceback(exc: BaseException, argv: list[str]) -> str:

@@ -260,8 +260,9 @@ class TestMoreFaults:
         """Shrinking keeps only schedules that fail every invariant the first run and its re-run both failed, so
         each failure group's minimal schedule is one whose own run failed that group's invariant."""
         library = REPO / "scenarios"
-        result = campaign(tmp_path, "joint", cache, str(library / "bash-deploy.toml"), str(library / "mixed-calls.toml"),
-                          bugs=("no-torn-tail-repair",), mode="random", seed=11, cases=40, replay=False)
+        result = campaign(tmp_path, "joint", cache, str(library / "bash-deploy.toml"),
+                          str(library / "mixed-calls.toml"), bugs=("no-torn-tail-repair",), mode="random", seed=11,
+                          cases=40, replay=False)
         failed = [r for r in read_journal(tmp_path / "joint" / "journal.jsonl").values() if r["status"] == "fail"]
         assert failed and any(r.get("minimal") != r["schedule"] for r in failed)
         for r in failed:

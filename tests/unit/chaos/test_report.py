@@ -248,7 +248,8 @@ class TestJunit:
         failure = root.find(".//failure")
         assert failure.get("type") == "converges"
         assert "converges" in failure.get("message")
-        assert '"seq": 11' in failure.text and "reproduce (in the campaign directory): sh failures/x/repro.sh" in failure.text
+        assert '"seq": 11' in failure.text
+        assert "reproduce (in the campaign directory): sh failures/x/repro.sh" in failure.text
 
     def test_statuses_map_to_error_skipped_and_flaky_property(self):
         """error -> <error>, not-reached -> <skipped>, flaky -> a passing testcase with a flaky property."""
@@ -422,7 +423,7 @@ class TestIncomplete:
         assert page.index("chaos campaign --resume reports/demo") < page.index('class="cards"')
 
     def test_a_failed_baseline_is_a_failing_junit_testcase(self):
-        """A baseline that did not pass (so no case of its scenario ran) is a failing `baseline` testcase, not absent."""
+        """A baseline that did not pass (no case of its scenario ran) is a failing `baseline` testcase, not absent."""
         xml = ET.fromstring(junit_xml(campaign([passing("assistant@after-sync#1")], planned=1, baselines={
             "w": {"ok": False, "problems": ["baseline run 1 did not pass (outcome)"], "why": ["agent stderr: boom"]},
             "fine": {"ok": True}})))
