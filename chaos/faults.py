@@ -329,6 +329,12 @@ class Matcher:
         """The faults not fired yet, in schedule order."""
         return self.schedule[len(self.fired) :]
 
+    def withdraw(self, fault: Fault) -> None:
+        """``fault``, the last one fired, did not happen after all (the process it was to act on had already ended
+        by itself): it is pending again, and unfired when the case ends."""
+        if self.fired and self.fired[-1] is fault:
+            self.fired.pop()
+
     def observe(self, stream: Hashable, phase: str, facts: Sequence[str]) -> tuple[Barrier, Fault | None]:
         """Identify one barrier and return it with the fault that fires there (or None).
 

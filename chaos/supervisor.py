@@ -565,7 +565,9 @@ class _Case:
             # The leader ended by itself before the SIGKILL landed: it crashed, or exited without waiting at this
             # barrier, after sending it (read from the socket after its death; a zygote relays an exit a little
             # later). That end is what happened, not the fault: _on_exit judges it (a crash by a signal it did not
-            # get from us), and the fault stays unfired.
+            # get from us), and the fault is unfired (an exit by itself then leaves it not reached, never a pass).
+            self.matcher.withdraw(fault)
+            self.gen_faults.remove(fault)
             self._close(conn)
             return
         if not report.survivors:

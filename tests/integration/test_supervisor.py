@@ -320,6 +320,14 @@ class TestWatchdog:
         assert run.verdict == records.CRASH and "SIGSEGV" in run.detail, (run.verdict, run.detail)
         assert run.faults == [] and run.launches[0].killed_by is None
         assert run.launches[0].returncode == -signal.SIGSEGV and len(run.launches) == 1
+        # One that exited by itself (status 0) past the barrier it was to be killed at: the kill never happened,
+        # so the case is not reached, never a pass.
+        command = AgentCommand.single(argv(CRASHING, "--exit", "0", "--no-wait"), argv(FAKE, "resume"))
+        run = Supervisor(command, tmp_path / "case2", limits=LIMITS, launcher=Launcher()).run(
+            "runStarted@before-write#1")
+        assert_nothing_survives(run)
+        assert run.verdict == records.NOT_REACHED and run.unreached == ["runStarted@before-write#1"], run.verdict
+        assert run.faults == [] and run.launches[0].returncode == 0
 
     def test_unexpected_exit_code(self, tmp_path):
         """An exit code outside the settled set ends the case as exit:<code>."""
