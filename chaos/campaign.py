@@ -68,6 +68,8 @@ from chaos.journal import (
     read_campaign,
     read_journal,
     read_lines,
+    run_again,
+    takes_over,
     write_campaign,
 )
 from chaos.schedules import CaseSpec, Recovery, ScenarioPoints, Transaction, parse_shard, shard
@@ -991,7 +993,8 @@ class Campaign:
             mean = _mean([d for e in self.entries for d in (e.baseline.get("durations") or [])]) or 1.0
             workers = o.workers or os.cpu_count() or 1
             eta = (total - done) * mean * 1.5 / workers
-            repeats = (o.cases - total) if o.mode == "random" and o.cases else 0
+            # (A shard plans its part of the distinct draws: how many repeated is not known from it alone.)
+            repeats = (o.cases - total) if o.mode == "random" and o.cases and not o.shard else 0
             self.reporter.message(f"{total} cases ({done} already done), ETA ~{_hms(eta)} on {workers} worker(s)"
                                   + (f"; {repeats} of the {o.cases} seeded draws repeated an earlier schedule "
                                      "(each case runs once)" if repeats > 0 else ""))
@@ -1295,6 +1298,9 @@ class CampaignResult:
         if skipped:
             parts.append(f"{len(skipped)} target(s) skipped, their environment not prepared ({', '.join(skipped)}): "
                          "run `chaos targets prepare`")
+        died = sum(1 for r in self.records if run_again(r))
+        if died:
+            parts.append(f"{died} case(s) whose worker process died mid-case are run again by --resume")
         if undiscovered.get("baselines"):
             parts.append(f"{undiscovered['baselines']} scenario baseline(s) were not run, so their cases are not "
                          "counted")
@@ -1355,6 +1361,9 @@ def build_result(params: Mapping[str, Any], records: Mapping[str, Mapping[str, A
     # A target skipped for want of its environment ran nothing: the campaign did not do what it was asked (exit 4,
     # never a green "complete" for a CI job that forgot `chaos targets prepare`).
     complete = complete and not any(b.get("skipped") for b in (params.get("baselines") or {}).values())
+    # A case whose worker died was never judged: a --resume runs it again (chaos.journal.run_again), so the campaign
+    # is not done until it has.
+    complete = complete and not any(run_again(r) for r in recs)
     return CampaignResult(
         name=str(params.get("name") or options.name),
         mode=options.mode,
@@ -1616,7 +1625,8 @@ def merge_journals(dirs: Sequence[str | Path], *, force: bool = False) -> Campai
         except JournalError as exc:
             raise CampaignError(str(exc)) from None
         for cid, rec in journal.items():
-            records.setdefault(cid, rec)
+            if takes_over(records.get(cid)):  # a shard's worker-died line gives way to another's judged one
+                records[cid] = rec
         previous = stored_result(d) or {}
         durations.append(float(previous.get("duration") or params.get("elapsed", 0.0)))
     first = dict(params_list[0])

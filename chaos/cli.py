@@ -324,7 +324,7 @@ def run_command(scenario: str, kills: tuple[str, ...], target_file, agent_bugs: 
     from chaos.target import is_probe
 
     if is_probe(loaded):
-        _run_probe_scenario(scenario, loaded, kills, keep, reports_dir, case_timeout)
+        _run_probe_scenario(loaded, kills, keep, reports_dir, case_timeout)
 
     schedules: list[str] = []
     for text in kills:
@@ -383,13 +383,15 @@ def run_command(scenario: str, kills: tuple[str, ...], target_file, agent_bugs: 
         _remove_if_empty(made)
     elif work.exists():
         out.print(f"case directories kept under {work}", style="dim")
-        if not all(r.ok for r in results):
-            out.print(_bundle_hint(scenario, target.cli_args()), style="dim")
+        if baseline.ok and not all(r.ok for r in results):
+            # A campaign writes a bundle for the cases it plans: those the baseline reaches, and pinned ones.
+            planned = {"+".join(s) for s in baseline.schedules()} | set(pinned)
+            failed = {"+".join(r.schedule) for r in results if not r.ok}
+            out.print(_bundle_hint(scenario, target.cli_args(), failed <= planned), style="dim", markup=False)
     raise SystemExit(0 if all(r.ok for r in results) else 1)
 
 
-def _run_probe_scenario(scenario: str, loaded, kills: tuple[str, ...], keep: bool, reports_dir: str,
-                        case_timeout: float) -> None:
+def _run_probe_scenario(loaded, kills: tuple[str, ...], keep: bool, reports_dir: str, case_timeout: float) -> None:
     """``chaos run`` of a probe scenario (a Python program under chaos.probe): crash-free run, then each case,
     judged by the properties (chaos.properties); the repro command of a probe failure in a campaign report."""
     import shutil
@@ -464,19 +466,21 @@ def _run_probe_scenario(scenario: str, loaded, kills: tuple[str, ...], keep: boo
         work.rmdir()
         _remove_if_empty(made)
     out.print(f"{len(todo)} case(s), {failed} did not pass" + (f"; case directories under {work}" if kept else ""))
-    if kept and failed:
-        out.print(_bundle_hint(scenario, []), style="dim")  # the scenario file names its own target
     raise SystemExit(1 if failed else 0)
 
 
-def _bundle_hint(scenario: str, target_args: list[str]) -> str:
+def _bundle_hint(scenario: str, target_args: list[str], planned: bool) -> str:
     """Where a repro bundle comes from: a kept case directory is the raw evidence of one run here, not something
-    to hand on (a bundle carries the scenario, the target and a repro.sh that checks it reproduces).
-    ``target_args``: the options that name the run's target again (none for a probe scenario: its file does)."""
+    to hand on (a bundle carries the scenario, the target and a repro.sh that checks it reproduces). ``planned``:
+    every failing schedule is one the scenario's campaign runs (a kill point its baseline reaches, or pinned); else
+    the schedule must be pinned first. ``target_args``: the options that name the run's target again."""
     import shlex
 
     command = shlex.join(["chaos", "campaign", str(scenario), *target_args])
-    return f"a repro bundle of each failure: `{command}` (reports/<campaign>/failures/<case>/)"
+    if planned:
+        return f"a repro bundle of each failure: `{command}` (reports/<campaign>/failures/<case>/)"
+    return (f"a repro bundle of a failure: pin its schedule in the scenario's [[schedules]], then `{command}` "
+            "(reports/<campaign>/failures/<case>/)")
 
 
 def _require_environment(loaded) -> None:
@@ -768,7 +772,8 @@ def _campaign_usage(lines: list[str]) -> None:
 @click.option("--max-faults", type=click.IntRange(min=1), default=3, show_default=True,
               help="random mode: at most K faults per case")
 @click.option("--budget", metavar="DURATION", help="stop starting cases after this long (e.g. 2h); --resume continues")
-@click.option("-j", "--workers", type=WORKERS, default=0, help="parallel workers; 0: one per CPU [default: 0]")
+@click.option("-j", "--workers", type=WORKERS, default=0,
+              help="parallel workers; 0: one per CPU [default: 0; on --resume, the stored count]")
 @click.option("--shard", metavar="K/N", help="run the K-th of N deterministic parts (by first fault)")
 @click.option("--fail-fast", is_flag=True, help="stop starting cases after the first reproduced failure")
 @click.option("--pinned-only", is_flag=True, help="only the scenarios' pinned [[schedules]] (CI regressions)")

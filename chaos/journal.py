@@ -20,7 +20,8 @@ Crash windows and what protects them:
   rather than silently skipped, because skipping would *lose* a finished case.
 - Duplicate ids (two journals merged, or a case finished twice around a crash) keep the first line, except after a
   line saying the case's worker process died (``chaos.records.WORKER_DIED``: the harness never judged it): such a
-  case is not done, a ``--resume`` runs it again, and its new line supersedes the old one.
+  case is not done, a ``--resume`` runs it again, and its new line (or a merged shard's judged one) supersedes the
+  old one (``takes_over``).
 - Two campaigns on one directory (a ``--resume`` while the first still runs) would each run the other's cases and
   overwrite its lines: ``CampaignLock`` (an exclusive ``flock`` on ``campaign.lock``, held for the campaign's life)
   refuses the second one, naming the holder. The journal is also opened with ``O_APPEND``, so even two writers that
@@ -108,10 +109,16 @@ def run_again(record: Mapping[str, Any]) -> bool:
     return record.get("status") == "error" and record.get("verdict") == WORKER_DIED
 
 
+def takes_over(kept: Mapping[str, Any] | None) -> bool:
+    """Whether a later line of a case id replaces the one ``kept`` so far (None: none yet) — in one journal, or
+    across merged ones, in the order given: only a worker-died line gives way."""
+    return kept is None or run_again(kept)
+
+
 def _by_id(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for record in records:
-        if record["id"] not in out or run_again(out[record["id"]]):
+        if takes_over(out.get(record["id"])):
             out[record["id"]] = record
     return out
 

@@ -17,7 +17,8 @@ any pass is accepted, the result is *1-minimal*: no single pass step from it kee
 predicate-call budget or the deadline — the campaign's ``--budget`` — ran out first: the result is then the best
 schedule found so far, and says so with ``exhausted`` and ``cut_short``).
 
-Pure: the predicate (usually "run this case and see whether the same invariant fails") is passed in. Results of
+Pure: the predicate (the campaign's: "run this case and see whether every invariant the failure's two runs broke
+still fails", ``chaos.workers``) is passed in. Results of
 the predicate are cached by case id, so a neighbour proposed by two passes runs once. The empty schedule (the
 baseline, which by construction passes) is never proposed.
 """

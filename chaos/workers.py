@@ -17,9 +17,9 @@ session it forked (and, as a child subreaper, every orphan they left) and exits;
 zygote dies. So a SIGKILL of the campaign ends the whole tree, a slow bash tool included, in milliseconds.
 
 A case job (``run_case_job``) is the whole life of a case: run it; on failure re-run it once (a failure that does
-not reproduce is ``flaky``, reported separately); shrink a reproduced failure while the same invariant fails; and
-return one JSON-ready record for the journal. Which planner rule fired on each restart is computed here too, from
-the reference planner on the log as the restart found it (coverage).
+not reproduce is ``flaky``, reported separately); shrink a reproduced failure while every invariant both runs
+failed still fails; and return one JSON-ready record for the journal. Which planner rule fired on each restart is
+computed here too, from the reference planner on the log as the restart found it (coverage).
 
 Not here: which cases to run, journaling, results (``chaos.campaign``).
 """
@@ -691,6 +691,11 @@ def worker_main(config: WorkerConfig, conn: Connection, parent: int, loops: int 
             conn.send(reply)
         except OSError:  # the campaign is gone (an interrupt it did not wait out): nobody to tell, nothing to print
             return
+        except Exception:  # the payload cannot be sent (pickled): this job's error, as any harness defect
+            try:
+                conn.send((job_id, "error", traceback.format_exc(limit=8)))
+            except OSError:
+                return
 
 
 @dataclass

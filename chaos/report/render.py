@@ -229,13 +229,15 @@ def merge_campaigns(dirs: Sequence[str | Path], out: str | Path, *,
     result = write_merged(dirs, out, force=force)
     out = Path(out)
     params = read_campaign(out)
-    from chaos.journal import JOURNAL, read_journal
+    from chaos.journal import JOURNAL, read_journal, takes_over
 
     # A merged record's case_dir is relative to the shard it came from: point it at that shard's directory.
     origin: dict[str, Path] = {}
-    for d in dirs:
-        for cid in read_journal(Path(d) / JOURNAL):
-            origin.setdefault(cid, Path(d))
+    kept: dict[str, dict] = {}
+    for d in dirs:  # the shard whose line the merge kept (chaos.campaign.merge_journals: the same rule)
+        for cid, rec in read_journal(Path(d) / JOURNAL).items():
+            if takes_over(kept.get(cid)):
+                kept[cid], origin[cid] = rec, Path(d)
     for record in result.records:
         shard = origin.get(record["id"])
         for key in ("case_dir", "minimal_case_dir"):

@@ -169,6 +169,17 @@ def test_chaos_run_reports_the_stale_calls_bug_and_keeps_the_failing_case(tmp_pa
     assert any(n.startswith("launches/") and n.endswith(".stderr") for n in names)
 
 
+def test_a_failing_schedule_no_campaign_plans_is_to_be_pinned_for_a_bundle(tmp_path):
+    """A --kill schedule the scenario's campaign does not plan (a torn write) gets no bundle from it as is: the run
+    says to pin the schedule first."""
+    result = invoke("run", str(SCENARIOS / "read-then-answer.toml"), "--kill", "torn(1):stepAttempt@after-write#1",
+                    "--agent-bugs", "no-torn-tail-repair", "--reports", str(tmp_path))
+    assert result.exit_code == 1, result.output
+    assert ("a repro bundle of a failure: pin its schedule in the scenario's [[schedules]], then `chaos campaign "
+            + str(SCENARIOS / "read-then-answer.toml") + " --agent-bugs no-torn-tail-repair`") in " ".join(
+        result.output.split())
+
+
 def test_chaos_run_reports_an_unreached_kill_point_as_coverage_not_pass(tmp_path, monkeypatch):
     """A kill point the agent never reaches is `kill-point-not-reached`, the run exits 1 and says which command
     lists the points it does reach."""

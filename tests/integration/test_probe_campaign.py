@@ -153,7 +153,7 @@ def test_chaos_run_reports_the_failing_properties(tmp_path):
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "FAIL run::point@after-sync#2" in proc.stdout
     assert "effects-bounded: effect 'b' ran 3 times" in proc.stdout
-    assert f"a repro bundle of each failure: `chaos campaign {path}`" in " ".join(proc.stdout.split())
+    assert "repro bundle" not in proc.stdout  # a campaign writes none for a probe case: its report's run line is it
 
 
 def test_faults_a_probe_cannot_take_are_refused(tmp_path):

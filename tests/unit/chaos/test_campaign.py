@@ -238,6 +238,16 @@ class TestCompletion:
                               interrupted=True)
         assert result.not_run_text() == f"3 of 4 planned case(s) did not run — {why}"
 
+    def test_a_case_whose_worker_died_leaves_the_campaign_incomplete(self):
+        """Every planned case has a line, but one says its worker died: not complete, and the text says --resume
+        runs it again."""
+        recs = TestResult().records()
+        recs[0] = {**recs[0], "status": "error", "verdict": "died"}
+        result = build_result({**PARAMS, "plan": {**PARAMS["plan"], "cases": 4}}, recs, duration=1.0)
+        assert not result.complete and result.cases["not_run"] == 0
+        assert result.not_run_text() == ("0 of 4 planned case(s) did not run; 1 case(s) whose worker process died "
+                                         "mid-case are run again by --resume")
+
     def test_a_random_duration_campaign_is_complete_when_its_duration_is_reached(self):
         """An endless random list is complete when --duration stopped it, not when a budget or a signal did."""
         params = {"options": {"mode": "random", "seed": 1, "duration": 5.0}, "plan": {"cases": None}}
@@ -277,6 +287,22 @@ class TestResumeOptions:
         assert resume_conflicts(stored, given, ["scenarios", "tags", "nightly", "depth", "faults"]) == []
         other = CampaignOptions(scenarios=["b.toml"])
         assert resume_conflicts(stored, other, ["scenarios"])[0].startswith("--resume: SCENARIOS cannot change")
+
+
+def test_a_merge_keeps_a_shards_judged_line_over_anothers_worker_died_one(tmp_path):
+    """Two shard journals holding one case id, one as worker-died and one judged: the judged line wins, in either
+    order (a died line makes no case done, in one journal or across merged ones)."""
+    from chaos.campaign import merge_journals
+    from chaos.journal import JOURNAL, write_campaign
+
+    cid = "s::toolStarted@after-sync#1"
+    for name, status, verdict, shard in (("a", "error", "died", "1/2"), ("b", "pass", "exit:0", "2/2")):
+        write_campaign(tmp_path / name, {**PARAMS, "started": name, "options": {**PARAMS["options"], "shard": shard}})
+        line = {**record(cid, status), "verdict": verdict}
+        (tmp_path / name / JOURNAL).write_text(json.dumps(line) + "\n")
+    for order in (["a", "b"], ["b", "a"]):
+        merged = merge_journals([tmp_path / n for n in order], force=True)
+        assert [r["status"] for r in merged.records] == ["pass"] and merged.ok, order
 
 
 class TestMergeRefusals:
