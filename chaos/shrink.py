@@ -18,9 +18,9 @@ predicate-call budget or the deadline — the campaign's ``--budget`` — ran ou
 schedule found so far, and says so with ``exhausted`` and ``cut_short``).
 
 Pure: the predicate (the campaign's: "run this case and see whether every invariant the failure's two runs broke
-still fails", ``chaos.workers``) is passed in. Results of
-the predicate are cached by case id, so a neighbour proposed by two passes runs once. The empty schedule (the
-baseline, which by construction passes) is never proposed.
+still fails", ``chaos.workers``) is passed in. Results of the predicate are cached by case id, so a neighbour
+proposed by two passes runs once. The empty schedule (the baseline, which by construction passes) is never
+proposed.
 """
 
 from __future__ import annotations
