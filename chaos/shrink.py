@@ -1,7 +1,7 @@
-"""Shrinking: delta-debug a failing case's schedule to a minimal one on which the same invariant still fails.
+"""Shrinking: delta-debug a failing case's schedule to a minimal one on which the same invariants still fail.
 
 A random or depth-2 failure arrives as ``torn(17):tx:9@after-write+int:tx:12@after-sync+llm(drop)@1.2``; the
-engineer wants the smallest schedule that still breaks the same invariant, e.g. ``assistant@after-sync#2``. Like
+engineer wants the smallest schedule that still breaks the same invariants, e.g. ``assistant@after-sync#2``. Like
 Hypothesis's shrinker, this is a set of small *passes*, each proposing simpler neighbours of the current case:
 
     drop_faults      remove one kill fault
