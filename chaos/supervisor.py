@@ -543,6 +543,13 @@ class _Case:
 
     def _interrupt(self, conn: _Conn, event: BarrierEvent, fault: Fault) -> None:
         proc = self.procs[conn.launch]
+        if proc.poll() is not None:
+            # It ended by itself after sending this barrier (read after its death): there is nobody to interrupt, so
+            # the fault did not happen (_kill_at's rule); _on_exit judges the end it had.
+            self.matcher.withdraw(fault)
+            self.gen_faults.remove(fault)
+            self._close(conn)
+            return
         # The signal is pending in the agent before it reads our answer, so it acts on it at its next decision.
         if conn.pid == proc.pid:
             proc.send_signal(signal.SIGINT)  # via Popen: never signals a reaped (recyclable) pid

@@ -3,7 +3,8 @@
     crashing.py --signal SIGSEGV | --exit N  [--no-wait]
 
 ``--no-wait``: the barrier is only reported (no answer awaited, whatever the hello's answer asked), so the agent dies
-right after sending it: a fault at that barrier finds it dead.
+right after sending it: a fault at that barrier finds it dead. It says so on stderr first (``past the hello``), so a
+test can wait for that end before the supervisor acts.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ open(path, "wb").close()
 chan.hello(path)
 if args.no_wait:
     chan.wait = []  # every barrier reported only
+    print("past the hello: reporting the barrier, then ending", file=sys.stderr, flush=True)  # a test's marker
 chan.checkpoint("before-write", ["user", "runStarted"], 1, 0, 0)
 if args.signal:
     signal.signal(getattr(signal, args.signal), signal.SIG_DFL)

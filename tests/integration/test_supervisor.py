@@ -329,6 +329,32 @@ class TestWatchdog:
         assert run.verdict == records.NOT_REACHED and run.unreached == ["runStarted@before-write#1"], run.verdict
         assert run.faults == [] and run.launches[0].returncode == 0
 
+    def test_an_int_fault_at_an_agent_that_already_ended_is_not_sent(self, tmp_path):
+        """An `int` fault whose barrier is read once its agent has exited by itself is withdrawn: not reached, not
+        a pass, and no SIGINT recorded."""
+        from chaos.process import PopenProcess, SubprocessLauncher
+
+        class EndedFirst(PopenProcess):  # once past its barrier, the agent's exit comes before the supervisor looks
+            def __init__(self, proc, stderr):
+                super().__init__(proc._popen, proc.created)
+                self.stderr = stderr
+
+            def poll(self):
+                if "past the hello" in Path(self.stderr).read_text():  # crashing.py --no-wait, before its barrier
+                    self._popen.wait(10)
+                return super().poll()
+
+        class Launcher(SubprocessLauncher):
+            def launch(self, argv, env, cwd, stdout, stderr):
+                return EndedFirst(super().launch(argv, env, cwd, stdout, stderr), stderr)
+
+        command = AgentCommand.single(argv(CRASHING, "--exit", "0", "--no-wait"), argv(FAKE, "resume"))
+        run = Supervisor(command, tmp_path / "case", limits=LIMITS, launcher=Launcher()).run(
+            "int:runStarted@before-write#1")
+        assert_nothing_survives(run)
+        assert run.verdict == records.NOT_REACHED and run.unreached == ["int:runStarted@before-write#1"], run.verdict
+        assert run.faults == []
+
     def test_unexpected_exit_code(self, tmp_path):
         """An exit code outside the settled set ends the case as exit:<code>."""
         run = supervise(tmp_path, AgentCommand.single(argv(CRASHING, "--exit", "1"), argv(FAKE, "resume")),
