@@ -150,18 +150,37 @@ def test_a_merge_of_shards_holding_a_failure_exits_1_and_a_self_merge_is_refused
     assert (tmp_path / "mine" / "index.html").read_text() == "a user's page"  # nothing of the user's replaced
 
 
+def stopped_campaign(directory: Path, cache: str, *signals: int, gap: float = 0.05):
+    """Run `chaos campaign` (TOOL, every fault action) into ``directory`` with SIGINT at Ctrl-C's own handler
+    (whatever this test runner was started with: a background job inherits SIGINT ignored); once three cases are
+    journalled, send ``signals`` ``gap`` seconds apart. Returns (exit status, stdout, stderr)."""
+    args = ["campaign", TOOL, "--faults", "all", "--out", str(directory.parent), "--name", directory.name,
+            "--cache", cache, "-j", "2"]
+    start = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+             "sys.argv = ['chaos', *sys.argv[1:]]; runpy.run_module('chaos.cli', run_name='__main__')")
+    proc = subprocess.Popen([sys.executable, "-c", start, *args], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(read_lines(directory / "journal.jsonl")[0]) < 3:
+        time.sleep(0.05)
+    for n, sig in enumerate(signals):
+        if n:
+            time.sleep(gap)
+        proc.send_signal(sig)
+    stdout, stderr = proc.communicate(timeout=120)
+    return proc.returncode, stdout, stderr
+
+
+def dangling(cases: Path) -> list[str]:
+    """Links in a campaign's cases/ to a scratch directory that is gone (a case cut short left its name)."""
+    return [p.name for p in (cases.iterdir() if cases.is_dir() else ()) if p.is_symlink() and not p.exists()]
+
+
 def test_sigterm_stops_a_campaign_like_sigint(tmp_path, cache):
     """SIGTERM to a running `chaos campaign` gives exit 143, a partial report, an intact journal, no traceback."""
-    args = ["campaign", TOOL, "--faults", "all", "--out", str(tmp_path), "--name", "t", "--cache", cache, "-j", "2"]
-    proc = subprocess.Popen([sys.executable, "-m", "chaos.cli", *args], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    status, stdout, stderr = stopped_campaign(tmp_path / "t", cache, signal.SIGTERM)
     journal = tmp_path / "t" / "journal.jsonl"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and len(read_lines(journal)[0]) < 3:
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGTERM)
-    stdout, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 143, stdout + stderr
+    assert status == 143, stdout + stderr
     assert "Traceback" not in stderr and "Traceback" not in stdout
     records, end = read_lines(journal)
     assert journal.read_bytes()[end:] == b"" and 3 <= len(records) < 81  # whole lines only, and not all ran
@@ -169,35 +188,20 @@ def test_sigterm_stops_a_campaign_like_sigint(tmp_path, cache):
     assert summary["complete"] is False and summary["stopped"] == "SIGTERM"
     assert summary["cases"]["total"] == len(records)
     assert (tmp_path / "t" / "index.html").is_file() and stdout.startswith("INCOMPLETE: ")
-    cases = tmp_path / "t" / "cases"  # the cases cut short by the stop leave no link to a gone scratch directory
-    assert not [p.name for p in (cases.iterdir() if cases.is_dir() else ()) if p.is_symlink() and not p.exists()]
+    assert not dangling(tmp_path / "t" / "cases")  # the cases cut short by the stop leave no link to a gone directory
 
 
 def test_a_sigint_delivered_twice_still_writes_the_partial_report(tmp_path, cache):
     """Two SIGINTs 50 ms apart (`timeout -s INT` signals the command, then its process group) are one interrupt:
     exit 130, the partial report of this session, no traceback from the campaign or its workers."""
-    args = ["campaign", TOOL, "--faults", "all", "--out", str(tmp_path), "--name", "i", "--cache", cache, "-j", "2"]
-    # Ctrl-C's own handler, whatever this test runner was started with (a background job inherits SIGINT ignored).
-    start = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
-             "sys.argv = ['chaos', *sys.argv[1:]]; runpy.run_module('chaos.cli', run_name='__main__')")
-    proc = subprocess.Popen([sys.executable, "-c", start, *args], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    journal = tmp_path / "i" / "journal.jsonl"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and len(read_lines(journal)[0]) < 3:
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)
-    time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)
-    stdout, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 130, stdout + stderr
+    status, stdout, stderr = stopped_campaign(tmp_path / "i", cache, signal.SIGINT, signal.SIGINT)
+    assert status == 130, stdout + stderr
     assert "Traceback" not in stderr and "Traceback" not in stdout and "Aborted" not in stderr
-    records, _ = read_lines(journal)
+    records, _ = read_lines(tmp_path / "i" / "journal.jsonl")
     summary = json.loads((tmp_path / "i" / "summary.json").read_text())
     assert summary["complete"] is False and summary["stopped"] == "SIGINT"
     assert summary["cases"]["total"] == len(records) and stdout.startswith("INCOMPLETE: ")
-    cases = tmp_path / "i" / "cases"
-    assert not [p.name for p in (cases.iterdir() if cases.is_dir() else ()) if p.is_symlink() and not p.exists()]
+    assert not dangling(tmp_path / "i" / "cases")
 
 
 def test_version_and_short_help():

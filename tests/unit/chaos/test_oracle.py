@@ -503,58 +503,49 @@ def test_effects_fail_when_another_process_re_ran_a_never_tool():
     assert ev.writers[result_seq] == 1
 
 
-def test_effects_accept_a_replayed_safe_read_with_the_baseline_content_only():
-    """A replayed read passes when it returns what the crash-free run read, and fails otherwise."""
-    def read_log(content: str) -> Log:
+def replayed_read(content: str, *, interrupted_read_first: bool = False) -> Evidence:
+    """The evidence of a read of `a` whose intent launch 0 made durable before its kill at that intent's after-sync,
+    replayed by launch 1 returning ``content``, against a crash-free run that read "text";
+    ``interrupted_read_first``: an interrupted (synthetic) read of `b` comes before it."""
+    def log_of(read: str) -> Log:
         log = Log()
         log.run()
         log.attempt()
-        log.answer(calls=[("call_r", "read", '{"path":"a"}')])
-        ts, res = log.started("call_r", "read", {"path": "a"})
-        log.result(ts, res, "call_r", "read", content)
+        first = [("call_a", "read", '{"path":"b"}')] if interrupted_read_first else []
+        log.answer(calls=[*first, ("call_r", "read", '{"path":"a"}')])
+        if interrupted_read_first:
+            ts, res = log.started("call_a", "read", {"path": "b"})
+            log.result(ts, res, "call_a", "read", interrupted=True)
+        ts, res = log.started("call_r", "read", {"path": "a"}, index=len(first))
+        log.result(ts, res, "call_r", "read", read)
         log.attempt()
         log.answer("Done.")
         log.finish()
         return log
 
-    base = evidence(read_log("text"), witness=[], expect=None, requests=[])
+    base = evidence(log_of("text"), witness=[], expect=None, requests=[])
     facts = oracle.baseline_facts(base, oracle.check(base))
-    log = read_log("other text")
-    writers = {log.txs[i][0]: (0 if i < 4 else 1) for i in range(len(log.txs))}
+    log = log_of(content)
+    intent = 5 if interrupted_read_first else 3  # the transaction of call_r's toolStarted
+    writers = {log.txs[i][0]: (0 if i <= intent else 1) for i in range(len(log.txs))}
     launches = [LaunchInfo(0, "step", None, killed=True, current=CURRENT), LaunchInfo(1, "resume", 0, current=CURRENT)]
-    ev = evidence(log, writers=writers, launches=launches, witness=[], expect=None, requests=[], baseline=facts,
-                  kills=[Kill("toolStarted@after-sync#1", 0, log.data[: log.txs[3][3]])])
+    kill = f"toolStarted@after-sync#{2 if interrupted_read_first else 1}"
+    return evidence(log, writers=writers, launches=launches, witness=[], expect=None, requests=[], baseline=facts,
+                    kills=[Kill(kill, 0, log.data[: log.txs[intent][3]])])
+
+
+def test_effects_accept_a_replayed_safe_read_with_the_baseline_content_only():
+    """A replayed read passes when it returns what the crash-free run read, and fails otherwise."""
+    ev = replayed_read("other text")
     assert any("replayed read returned 'other text'" in f for f in failing(ev)["effects-at-most-once"])
-    good = read_log("text")
-    ev = evidence(good, writers=writers, launches=launches, witness=[], expect=None, requests=[], baseline=facts,
-                  kills=[Kill("toolStarted@after-sync#1", 0, good.data[: good.txs[3][3]])])
+    ev = replayed_read("text")
     assert "effects-at-most-once" not in failing(ev)
 
 
 def test_an_interrupted_read_before_a_replayed_read_does_not_excuse_its_content():
     """Only an interrupted never tool may have changed what a later replayed read sees: after an interrupted safe
     read, a replayed read that returns other than the crash-free run's content still fails."""
-    def read_log(content: str) -> Log:
-        log = Log()
-        log.run()
-        log.attempt()
-        log.answer(calls=[("call_a", "read", '{"path":"b"}'), ("call_r", "read", '{"path":"a"}')])
-        ts, res = log.started("call_a", "read", {"path": "b"})
-        log.result(ts, res, "call_a", "read", interrupted=True)
-        ts, res = log.started("call_r", "read", {"path": "a"}, index=1)
-        log.result(ts, res, "call_r", "read", content)
-        log.attempt()
-        log.answer("Done.")
-        log.finish()
-        return log
-
-    base = evidence(read_log("text"), witness=[], expect=None, requests=[])
-    facts = oracle.baseline_facts(base, oracle.check(base))
-    log = read_log("other text")
-    writers = {log.txs[i][0]: (0 if i < 6 else 1) for i in range(len(log.txs))}
-    launches = [LaunchInfo(0, "step", None, killed=True, current=CURRENT), LaunchInfo(1, "resume", 0, current=CURRENT)]
-    ev = evidence(log, writers=writers, launches=launches, witness=[], expect=None, requests=[], baseline=facts,
-                  kills=[Kill("toolStarted@after-sync#2", 0, log.data[: log.txs[5][3]])])
+    ev = replayed_read("other text", interrupted_read_first=True)
     assert any("replayed read returned 'other text'" in f for f in failing(ev)["effects-at-most-once"])
 
 
